@@ -1,0 +1,145 @@
+"""Pooled HTTP connections from the orchestrator to sandbox agents."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from .errors import ApiError, backend_unavailable
+from .records import AgentEndpoint
+
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+    "host",
+}
+
+
+class AgentUnreachable(ApiError):
+    """The agent did not answer: the sandbox is probably gone."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(502, "agent_unreachable", detail)
+
+
+def forwardable_headers(headers: httpx.Headers | Any) -> dict[str, str]:
+    """Response headers worth passing back to a client."""
+    return {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
+
+
+class AgentClient:
+    """One keep-alive connection pool shared by every sandbox's agent."""
+
+    def __init__(self, max_connections: int = 2048) -> None:
+        self._http = httpx.AsyncClient(
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
+            timeout=httpx.Timeout(30.0, connect=5.0),
+            trust_env=False,
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def _raise_for(self, response: httpx.Response) -> None:
+        if response.status_code < 400:
+            return
+        try:
+            body = response.json()
+            detail, code = str(body["detail"]), str(body.get("code", "agent_error"))
+        except Exception:
+            detail, code = response.text[:500] or response.reason_phrase, "agent_error"
+        if response.status_code == 401:
+            # The orchestrator holds the token; a 401 means the agent is not ours any more.
+            raise backend_unavailable(f"sandbox agent rejected the orchestrator: {detail}")
+        raise ApiError(response.status_code, code, detail)
+
+    async def request(
+        self,
+        endpoint: AgentEndpoint,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | list[tuple[str, Any]] | None = None,
+        timeout: float | None = 30.0,
+        request_id: str | None = None,
+    ) -> Any:
+        """Send one request and return the decoded JSON answer, or raise ApiError."""
+        headers = endpoint.headers()
+        if request_id:
+            headers["X-Request-ID"] = request_id
+        try:
+            response = await self._http.request(
+                method,
+                endpoint.base_url + path,
+                json=json,
+                params=params,
+                headers=headers,
+                timeout=httpx.Timeout(timeout, connect=5.0),
+            )
+        except httpx.TimeoutException as exc:
+            raise ApiError(
+                504, "agent_timeout", f"sandbox agent did not answer in time: {exc!r}"
+            ) from exc
+        except httpx.TransportError as exc:
+            raise AgentUnreachable(f"sandbox agent unreachable: {exc!r}") from exc
+        self._raise_for(response)
+        return response.json()
+
+    async def open_stream(
+        self,
+        endpoint: AgentEndpoint,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | list[tuple[str, Any]] | None = None,
+        json: Any = None,
+        content: AsyncIterator[bytes] | bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+        passthrough_errors: bool = False,
+    ) -> httpx.Response:
+        """Start a request whose answer is streamed; the caller must ``aclose()`` it.
+
+        Agent errors become ApiError, except with ``passthrough_errors`` (forwarded ports),
+        where only the agent's own ``port_not_listening`` is raised and any other answer is
+        the sandboxed service's and passes through untouched.
+        """
+        all_headers = {**(headers or {}), **endpoint.headers()}
+        request = self._http.build_request(
+            method,
+            endpoint.base_url + path,
+            params=params,
+            json=json,
+            content=content,
+            headers=all_headers,
+            timeout=httpx.Timeout(timeout, connect=5.0),
+        )
+        try:
+            response = await self._http.send(request, stream=True)
+        except httpx.TransportError as exc:
+            raise AgentUnreachable(f"sandbox agent unreachable: {exc!r}") from exc
+        forwarded = passthrough_errors and response.status_code != 502
+        if response.status_code >= 400 and not forwarded:
+            await response.aread()
+            await response.aclose()
+            self._raise_for(response)
+        return response
+
+    async def healthy(self, base_url: str, timeout: float = 2.0) -> bool:
+        try:
+            response = await self._http.get(base_url + "/health", timeout=timeout)
+        except httpx.TransportError:
+            return False
+        return response.status_code == 200

@@ -1,0 +1,94 @@
+"""The FastAPI application: wiring of settings, backend, service and routes."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from . import __version__
+from .agent_client import AgentClient
+from .auth import require_tenant
+from .backends import Backend, make_backend
+from .errors import install_error_handlers
+from .metrics import REGISTRY
+from .middleware import RequestContextMiddleware
+from .routes import exec as exec_routes
+from .routes import files, ports, sandboxes
+from .schemas import ErrorBody, Health
+from .service import SandboxService
+from .settings import Settings
+
+log = logging.getLogger("orchard_env_server")
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody} for code in (400, 401, 404, 408, 409, 413, 422, 429, 503)
+}
+
+
+def create_app(settings: Settings | None = None, backend: Backend | None = None) -> FastAPI:
+    """Build the service; the backend is chosen from the settings unless given."""
+    settings = settings or Settings.from_env()
+    backend = backend or make_backend(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        service = SandboxService(settings, backend)
+        await service.start()
+        app.state.service = service
+        app.state.agents = AgentClient()
+        for warning in backend.info().get("warnings", []):
+            log.warning(warning)
+        try:
+            yield
+        finally:
+            await service.close()
+            await app.state.agents.aclose()
+
+    app = FastAPI(
+        title="Orchard Env",
+        version=__version__,
+        description="Self-hostable sandbox service for agent training and evaluation.",
+        lifespan=lifespan,
+        responses=_ERRORS,
+    )
+    app.state.settings = settings
+    app.state.backend = backend
+    install_error_handlers(app)
+    app.add_middleware(RequestContextMiddleware)
+
+    @app.get("/", tags=["service"])
+    async def banner() -> dict[str, str]:
+        return {"name": "orchard-env", "version": __version__, "backend": backend.name}
+
+    @app.get("/health", response_model=Health, tags=["service"])
+    async def health() -> Health:
+        info = backend.info()
+        return Health(
+            status="ok",
+            backend=backend.name,
+            version=__version__,
+            isolation=info.get("isolation"),
+            warnings=info.get("warnings", []),
+        )
+
+    @app.get("/resources", tags=["service"])
+    async def resources(request: Request) -> JSONResponse:
+        await require_tenant(request)
+        data = await backend.resources()
+        data["sandboxes_known"] = request.app.state.service.count()
+        return JSONResponse(data)
+
+    @app.get("/metrics", tags=["service"])
+    async def metrics_text(request: Request) -> Response:
+        await require_tenant(request)
+        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    for module in (sandboxes, exec_routes, files, ports):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,41 @@
+"""The contract every backend fulfils; the API layer knows nothing else about them."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..records import SandboxRecord
+
+
+class BackendError(Exception):
+    """A sandbox could not be provisioned or has died; the message says why."""
+
+
+class Backend(Protocol):
+    """Owns the machinery behind sandboxes: processes, containers or pods."""
+
+    name: str
+
+    async def start(self) -> list[SandboxRecord]:
+        """Connect to the engine; return the sandboxes found again from an earlier run."""
+
+    async def close(self, *, delete_sandboxes: bool) -> None:
+        """Release connections; delete every sandbox when asked to."""
+
+    async def create(self, record: SandboxRecord) -> None:
+        """Provision the sandbox and set ``record.agent``; raise BackendError on failure."""
+
+    async def wait_ready(self, record: SandboxRecord) -> None:
+        """Return once the agent answers; raise BackendError with the reason if it never will."""
+
+    async def delete(self, record: SandboxRecord) -> None:
+        """Remove the sandbox and everything it holds; idempotent."""
+
+    async def check(self, record: SandboxRecord) -> str | None:
+        """None while the sandbox is alive, else why it is not."""
+
+    def info(self) -> dict[str, Any]:
+        """Static facts for ``/health`` (isolation mode, warnings)."""
+
+    async def resources(self) -> dict[str, Any]:
+        """Capacity and use for ``/resources``."""

@@ -1,0 +1,127 @@
+"""The one shared agent process that serves every local sandbox (multi mode)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .base import BackendError
+from .processes import is_alive, kill_and_wait, start_time
+
+log = logging.getLogger("orchard_env_server")
+
+
+class LocalAgent:
+    """Starts, adopts and talks to the multi-sandbox agent; its admin API lives here."""
+
+    def __init__(self, state_dir: Path, max_output_bytes: int, max_upload_bytes: int) -> None:
+        self._state_file = state_dir / "agent.json"
+        self._log_file = state_dir / "agent.log"
+        self._state_dir = state_dir
+        self._max_output = max_output_bytes
+        self._max_upload = max_upload_bytes
+        self.pid: int | None = None
+        self._started: int | None = None
+        self.base_url = ""
+        self._admin_token = ""
+        self._http = httpx.AsyncClient(timeout=10.0, trust_env=False)
+
+    async def ensure(self) -> bool:
+        """Adopt a live agent from an earlier run, or start one. True when newly started."""
+        if await self._adopt():
+            return False
+        await self._spawn()
+        return True
+
+    def alive(self) -> bool:
+        return is_alive(self.pid, self._started)
+
+    async def _adopt(self) -> bool:
+        try:
+            state = json.loads(self._state_file.read_text())
+        except (OSError, ValueError):
+            return False
+        pid, started = state.get("pid"), state.get("start_time")
+        if not is_alive(pid, started):
+            return False
+        self.pid, self._started = pid, started
+        self.base_url, self._admin_token = state["base_url"], state["admin_token"]
+        try:
+            await self.admin("GET", "/_admin/sandboxes")
+        except BackendError:
+            return False
+        log.info("adopted local agent pid %s at %s", pid, self.base_url)
+        return True
+
+    async def _spawn(self) -> None:
+        token = secrets.token_urlsafe(32)
+        token_file = self._state_dir / "agent.admin-token"
+        port_file = self._state_dir / "agent.port"
+        port_file.unlink(missing_ok=True)
+        token_file.write_text(token)
+        token_file.chmod(0o600)
+        argv = [
+            sys.executable, "-m", "orchard_env_agent", "--multi",
+            "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file),
+            "--admin-token-file", str(token_file),
+            "--max-output-bytes", str(self._max_output),
+            "--max-upload-bytes", str(self._max_upload),
+        ]  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHARD_ENV_")}
+        with open(self._log_file, "ab") as logf:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
+                start_new_session=True, env=env,
+            )  # fmt: skip
+        proc.returncode = 0  # reaped by pid in stop(); see bubblewrap.start_holder
+        deadline = time.monotonic() + 30
+        while not port_file.exists():
+            if os.waitpid(proc.pid, os.WNOHANG) != (0, 0) or time.monotonic() > deadline:
+                tail = self._log_file.read_text(errors="replace")[-2000:]
+                raise BackendError(f"local agent did not start: {tail.strip()}")
+            await asyncio.sleep(0.01)
+        self.pid, self._started = proc.pid, start_time(proc.pid)
+        self.base_url = f"http://127.0.0.1:{int(port_file.read_text())}"
+        self._admin_token = token
+        tmp = self._state_file.with_suffix(".tmp")
+        tmp.write_text(
+            json.dumps(
+                {"pid": self.pid, "start_time": self._started, "base_url": self.base_url,
+                 "admin_token": token}
+            )
+        )  # fmt: skip
+        tmp.chmod(0o600)
+        tmp.replace(self._state_file)
+        log.info("started local agent pid %s at %s", self.pid, self.base_url)
+
+    async def admin(self, method: str, path: str, body: Any = None) -> Any:
+        try:
+            response = await self._http.request(
+                method, self.base_url + path, json=body,
+                headers={"Authorization": f"Bearer {self._admin_token}"},
+            )  # fmt: skip
+        except httpx.TransportError as exc:
+            raise BackendError(f"local agent unreachable: {exc!r}") from exc
+        if response.status_code == 404 and method == "DELETE":
+            return None
+        if response.status_code >= 400:
+            raise BackendError(f"local agent refused {method} {path}: {response.text[:500]}")
+        return response.json() if response.content else None
+
+    async def stop(self) -> None:
+        if self.pid is not None:
+            await asyncio.to_thread(kill_and_wait, self.pid, self._started)
+        self._state_file.unlink(missing_ok=True)
+        with contextlib.suppress(Exception):
+            await self._http.aclose()

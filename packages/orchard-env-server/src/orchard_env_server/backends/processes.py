@@ -1,0 +1,43 @@
+"""Facts about host processes, read from /proc, so adopted pids can be trusted."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks, or None when it is gone or a zombie.
+
+    A pid alone can be reused; pid plus start time names one process for good.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[19])
+
+
+def is_alive(pid: int | None, started: int | None) -> bool:
+    return pid is not None and started is not None and start_time(pid) == started
+
+
+def kill_and_wait(pid: int, started: int | None, timeout: float = 5.0) -> None:
+    """SIGKILL one process (if it is still the one we started) and wait until it is gone."""
+    if started is not None and start_time(pid) != started:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+        if start_time(pid) is None:
+            return
+        time.sleep(0.005)

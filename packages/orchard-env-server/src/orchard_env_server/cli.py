@@ -1,0 +1,84 @@
+"""``orchard-env``: the command line of the service."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from .settings import Settings, parse_api_keys
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="orchard-env", description="Orchard Env sandbox service")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the orchestrator")
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--backend", default=None, choices=["local"], help="default: local")
+    serve.add_argument(
+        "--api-keys",
+        default=None,
+        help="comma-separated KEY or TENANT:KEY (default: $ORCHARD_ENV_API_KEYS; none = auth off)",
+    )
+    serve.add_argument("--state-dir", type=Path, default=None, help="where sandboxes live")
+    serve.add_argument("--max-inflight", type=int, default=None, help="503 beyond this many")
+    serve.add_argument("--max-output-bytes", type=int, default=None, help="per stream, per job")
+    serve.add_argument("--max-upload-bytes", type=int, default=None)
+    serve.add_argument("--default-ttl", type=float, default=None, help="ttl_seconds if unset")
+    serve.add_argument(
+        "--keep-sandboxes",
+        action="store_true",
+        help="leave sandboxes running on shutdown, for the next start to adopt",
+    )
+    serve.add_argument("--log-level", default="info")
+    return parser
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .app import create_app
+
+    overrides: dict[str, object] = {
+        "host": args.host,
+        "port": args.port,
+        "backend": args.backend,
+        "state_dir": args.state_dir,
+        "max_inflight": args.max_inflight,
+        "max_output_bytes": args.max_output_bytes,
+        "max_upload_bytes": args.max_upload_bytes,
+        "default_ttl_seconds": args.default_ttl,
+        "keep_sandboxes_on_exit": args.keep_sandboxes or None,
+    }
+    if args.api_keys is not None:
+        overrides["api_keys"] = parse_api_keys(args.api_keys)
+    settings = Settings.from_env(**overrides)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("orchard_env_server.access").setLevel(logging.WARNING)
+    if not settings.api_keys and settings.host not in ("127.0.0.1", "localhost", "::1"):
+        logging.warning("listening on %s with NO API keys: anyone who can reach it can run code",
+                        settings.host)  # fmt: skip
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=args.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

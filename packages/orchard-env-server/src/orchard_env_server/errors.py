@@ -1,0 +1,119 @@
+"""The one place where failures become HTTP statuses and JSON error bodies."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("orchard_env_server")
+
+
+class ApiError(Exception):
+    """An error the client can act on: status, machine code and human detail."""
+
+    def __init__(
+        self, status: int, code: str, detail: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.headers = headers or {}
+
+
+def bad_request(detail: str, code: str = "bad_request") -> ApiError:
+    return ApiError(400, code, detail)
+
+
+def unauthorized(detail: str = "missing or invalid API key") -> ApiError:
+    return ApiError(401, "unauthorized", detail, {"WWW-Authenticate": "Bearer"})
+
+
+def sandbox_not_found(sandbox_id: str) -> ApiError:
+    return ApiError(404, "sandbox_not_found", f"sandbox {sandbox_id!r} not found")
+
+
+def job_not_found(job_id: str) -> ApiError:
+    return ApiError(404, "job_not_found", f"job {job_id!r} not found")
+
+
+def wait_timeout(detail: str) -> ApiError:
+    return ApiError(408, "timeout", detail)
+
+
+def conflict(detail: str, code: str = "conflict") -> ApiError:
+    return ApiError(409, code, detail)
+
+
+def too_large(detail: str) -> ApiError:
+    return ApiError(413, "too_large", detail)
+
+
+def quota_exceeded(detail: str) -> ApiError:
+    return ApiError(429, "quota_exceeded", detail, {"Retry-After": "5"})
+
+
+def overloaded(detail: str, retry_after: int = 1) -> ApiError:
+    return ApiError(503, "overloaded", detail, {"Retry-After": str(retry_after)})
+
+
+def backend_unavailable(detail: str) -> ApiError:
+    return ApiError(503, "backend_unavailable", detail, {"Retry-After": "2"})
+
+
+def error_response(
+    status: int, code: str, detail: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse({"detail": detail, "code": code}, status_code=status, headers=headers)
+
+
+_STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    408: "timeout",
+    409: "conflict",
+    413: "too_large",
+    422: "invalid_body",
+    429: "quota_exceeded",
+    503: "overloaded",
+}
+
+
+def _describe_validation(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+        parts.append(f"{where or 'body'}: {err.get('msg', 'invalid')}")
+    return "invalid request: " + "; ".join(parts)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Map every exception type to ``{"detail", "code"}`` with the right status."""
+
+    async def on_api_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        return error_response(exc.status, exc.code, exc.detail, exc.headers)
+
+    async def on_validation(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return error_response(422, "invalid_body", _describe_validation(exc))
+
+    async def on_http(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        code = _STATUS_CODES.get(exc.status_code, "error")
+        return error_response(exc.status_code, code, str(exc.detail), dict(exc.headers or {}))
+
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal_error", f"internal error: {type(exc).__name__}")
+
+    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_unexpected)

@@ -1,0 +1,1 @@
+"""HTTP routes, one module per capability; none of them knows which backend serves it."""

@@ -1,0 +1,112 @@
+"""File routes: base64 JSON for small files, raw streaming and tar for large data."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from ..agent_client import forwardable_headers
+from ..errors import too_large
+from ..schemas import FileContent, FileList, WriteFileRequest, WriteFileResult
+from .exec import Agents
+from .sandboxes import Service, Tenant
+
+router = APIRouter(tags=["files"])
+PathParam = Annotated[str, Query(min_length=1, max_length=4096)]
+
+
+@router.post("/sandboxes/{sandbox_id}/files", response_model=WriteFileResult)
+async def write_file(
+    sandbox_id: str, body: WriteFileRequest, tenant: Tenant, svc: Service, ag: Agents
+) -> JSONResponse:
+    """Write base64 ``content`` to ``path`` atomically; parent directories are created."""
+    _, endpoint = svc.ready_endpoint(tenant, sandbox_id)
+    if len(body.content) * 3 // 4 > svc.settings.max_json_file_bytes:
+        raise too_large(
+            f"base64 uploads are capped at {svc.settings.max_json_file_bytes} bytes; "
+            "use PUT /sandboxes/{id}/fs for large files"
+        )
+    async with svc.slot():
+        result = await ag.request(endpoint, "POST", "/files", json=body.model_dump(), timeout=300)
+    return JSONResponse(result)
+
+
+@router.get("/sandboxes/{sandbox_id}/files", response_model=FileContent)
+async def read_file(
+    sandbox_id: str, path: PathParam, tenant: Tenant, svc: Service, ag: Agents
+) -> JSONResponse:
+    _, endpoint = svc.ready_endpoint(tenant, sandbox_id)
+    async with svc.slot():
+        result = await ag.request(endpoint, "GET", "/files", params={"path": path}, timeout=300)
+    return JSONResponse(result)
+
+
+@router.get("/sandboxes/{sandbox_id}/files/list", response_model=FileList)
+async def list_files(
+    sandbox_id: str, path: PathParam, tenant: Tenant, svc: Service, ag: Agents
+) -> JSONResponse:
+    _, endpoint = svc.ready_endpoint(tenant, sandbox_id)
+    return JSONResponse(await ag.request(endpoint, "GET", "/files/list", params={"path": path}))
+
+
+@router.put("/sandboxes/{sandbox_id}/fs", response_model=WriteFileResult)
+async def put_raw(
+    sandbox_id: str,
+    path: PathParam,
+    request: Request,
+    tenant: Tenant,
+    svc: Service,
+    ag: Agents,
+    archive: Literal["tar"] | None = None,
+) -> JSONResponse:
+    """Stream the raw body to ``path`` (or unpack a tar into it with ``archive=tar``)."""
+    _, endpoint = svc.ready_endpoint(tenant, sandbox_id)
+    length = request.headers.get("content-length")
+    if length and length.isdigit() and int(length) > svc.settings.max_upload_bytes:
+        raise too_large(
+            f"upload of {length} bytes exceeds the cap of {svc.settings.max_upload_bytes}"
+        )
+    params = {"path": path, **({"archive": archive} if archive else {})}
+    headers = {"content-length": length} if length else {}
+    async with svc.slot():
+        response = await ag.open_stream(
+            endpoint, "PUT", "/fs", params=params, content=request.stream(), headers=headers,
+            timeout=None,
+        )  # fmt: skip
+        try:
+            await response.aread()
+        finally:
+            await response.aclose()
+    return JSONResponse(response.json(), status_code=response.status_code)
+
+
+@router.get("/sandboxes/{sandbox_id}/fs")
+async def get_raw(
+    sandbox_id: str,
+    path: PathParam,
+    tenant: Tenant,
+    svc: Service,
+    ag: Agents,
+    archive: Literal["tar"] | None = None,
+) -> StreamingResponse:
+    """Stream a file's raw bytes, or a tar of a directory with ``archive=tar``."""
+    _, endpoint = svc.ready_endpoint(tenant, sandbox_id)
+    params = {"path": path, **({"archive": archive} if archive else {})}
+    response = await ag.open_stream(endpoint, "GET", "/fs", params=params, timeout=None)
+
+    async def relay() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in response.aiter_raw():
+                yield chunk
+        finally:
+            await response.aclose()
+
+    return StreamingResponse(
+        relay(),
+        status_code=response.status_code,
+        headers=forwardable_headers(response.headers),
+        media_type=response.headers.get("content-type", "application/octet-stream"),
+    )

@@ -1,0 +1,50 @@
+"""Forward HTTP requests to a port inside the sandbox, through its agent."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import StreamingResponse
+
+from ..agent_client import forwardable_headers
+from .exec import Agents
+from .sandboxes import Service, Tenant
+
+router = APIRouter(tags=["ports"])
+_STRIP = {"x-api-key", "authorization", "host", "content-length", "x-orchard-sandbox"}
+
+
+@router.api_route(
+    "/sandboxes/{sandbox_id}/ports/{port}/{path:path}",
+    methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+)
+async def forward_port(
+    sandbox_id: str,
+    port: Annotated[int, Path(ge=1, le=65535)],
+    path: str,
+    request: Request,
+    tenant: Tenant,
+    svc: Service,
+    ag: Agents,
+) -> StreamingResponse:
+    """Method, headers (minus auth) and body pass through; the answer streams back."""
+    _, endpoint = svc.ready_endpoint(tenant, sandbox_id)
+    headers = {k: v for k, v in request.headers.items() if k.lower() not in _STRIP}
+    target = f"/ports/{port}/{path}"
+    response = await ag.open_stream(
+        endpoint, request.method, target, params=list(request.query_params.multi_items()),
+        content=request.stream(), headers=headers, timeout=None, passthrough_errors=True,
+    )  # fmt: skip
+
+    async def relay() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in response.aiter_raw():
+                yield chunk
+        finally:
+            await response.aclose()
+
+    return StreamingResponse(
+        relay(), status_code=response.status_code, headers=forwardable_headers(response.headers)
+    )

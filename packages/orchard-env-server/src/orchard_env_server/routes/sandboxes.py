@@ -1,0 +1,73 @@
+"""Sandbox lifecycle routes: create, list, get, wait, heartbeat, delete."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import JSONResponse
+
+from ..auth import require_tenant
+from ..errors import bad_request
+from ..schemas import CreateSandboxRequest, DeleteResult, SandboxInfo, SandboxList
+from ..service import SandboxService
+from .deps import service
+
+router = APIRouter(tags=["sandboxes"])
+Tenant = Annotated[str, Depends(require_tenant)]
+Service = Annotated[SandboxService, Depends(service)]
+
+
+def _parse_labels(raw: list[str]) -> dict[str, str]:
+    labels = {}
+    for item in raw:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise bad_request(f"label filter {item!r} must look like key=value")
+        labels[key] = value
+    return labels
+
+
+@router.post("/sandboxes", status_code=201, response_model=SandboxInfo)
+async def create_sandbox(body: CreateSandboxRequest, tenant: Tenant, svc: Service) -> JSONResponse:
+    """Create a sandbox; answers at once with its status (usually already ``ready``)."""
+    record = await svc.create(tenant, body)
+    return JSONResponse(record.info().model_dump(), status_code=201)
+
+
+@router.get("/sandboxes", response_model=SandboxList)
+async def list_sandboxes(
+    tenant: Tenant,
+    svc: Service,
+    label: Annotated[list[str], Query()] = [],  # noqa: B006
+) -> SandboxList:
+    """This tenant's sandboxes, optionally filtered by ``?label=k=v`` (repeatable)."""
+    return SandboxList(sandboxes=[r.info() for r in svc.list(tenant, _parse_labels(label))])
+
+
+@router.get("/sandboxes/{sandbox_id}", response_model=SandboxInfo)
+async def get_sandbox(sandbox_id: str, tenant: Tenant, svc: Service) -> SandboxInfo:
+    return svc.get(tenant, sandbox_id).info()
+
+
+@router.get("/sandboxes/{sandbox_id}/wait", response_model=SandboxInfo)
+async def wait_sandbox(
+    sandbox_id: str,
+    tenant: Tenant,
+    svc: Service,
+    timeout: Annotated[float, Query(gt=0, le=3600)] = 60.0,
+) -> SandboxInfo:
+    """Block until ready or failed; 408 when ``timeout`` runs out first."""
+    return (await svc.wait(tenant, sandbox_id, timeout)).info()
+
+
+@router.post("/sandboxes/{sandbox_id}/heartbeat", response_model=SandboxInfo)
+async def heartbeat(sandbox_id: str, tenant: Tenant, svc: Service) -> SandboxInfo:
+    """Refresh the idle timer (any request does; this one does nothing else)."""
+    return svc.get(tenant, sandbox_id).info()
+
+
+@router.delete("/sandboxes/{sandbox_id}", response_model=DeleteResult)
+async def delete_sandbox(sandbox_id: str, tenant: Tenant, svc: Service) -> DeleteResult:
+    await svc.delete(tenant, sandbox_id)
+    return DeleteResult(status="deleted", sandbox_id=sandbox_id)

@@ -1,0 +1,219 @@
+"""Sandbox lifecycle: the registry, tenancy, readiness, limits and the reaper."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
+
+from . import metrics
+from .backends.base import Backend, BackendError
+from .errors import ApiError, conflict, overloaded, quota_exceeded, sandbox_not_found, wait_timeout
+from .records import AgentEndpoint, SandboxRecord
+from .schemas import CreateSandboxRequest
+from .settings import Settings
+
+log = logging.getLogger("orchard_env_server")
+
+
+class SandboxService:
+    """Owns every sandbox record; the API layer calls only this and the agent client."""
+
+    def __init__(self, settings: Settings, backend: Backend) -> None:
+        self.settings = settings
+        self.backend = backend
+        self._records: dict[str, SandboxRecord] = {}
+        self._inflight = 0
+        self._reaper: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- start and stop -------------------------------------------------------------
+    async def start(self) -> None:
+        for record in await self.backend.start():
+            record.mark("ready")
+            record.touch()
+            self._records[record.sandbox_id] = record
+            log.info("adopted sandbox %s from an earlier run", record.sandbox_id)
+        metrics.SANDBOXES.set(len(self._records))
+        self._reaper = asyncio.create_task(self._reap_forever(), name="orchard-reaper")
+
+    async def close(self) -> None:
+        if self._reaper:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        for task in list(self._tasks):
+            task.cancel()
+        await self.backend.close(delete_sandboxes=not self.settings.keep_sandboxes_on_exit)
+
+    # -- lookup ---------------------------------------------------------------------
+    def get(self, tenant: str, sandbox_id: str) -> SandboxRecord:
+        """The tenant's sandbox; another tenant's id is indistinguishable from a missing one."""
+        record = self._records.get(sandbox_id)
+        if record is None or record.tenant != tenant:
+            raise sandbox_not_found(sandbox_id)
+        record.touch()
+        return record
+
+    def list(self, tenant: str, labels: dict[str, str]) -> list[SandboxRecord]:
+        return [
+            r
+            for r in self._records.values()
+            if r.tenant == tenant and all(r.labels.get(k) == v for k, v in labels.items())
+        ]
+
+    def ready_endpoint(self, tenant: str, sandbox_id: str) -> tuple[SandboxRecord, AgentEndpoint]:
+        """A sandbox that can take commands now, else 409 saying why not."""
+        record = self.get(tenant, sandbox_id)
+        if record.status != "ready" or record.agent is None:
+            detail = f"sandbox {sandbox_id!r} is {record.status}"
+            if record.error:
+                detail += f": {record.error}"
+            raise conflict(detail, "sandbox_not_ready")
+        return record, record.agent
+
+    def count(self) -> int:
+        return len(self._records)
+
+    # -- create / wait / delete -----------------------------------------------------
+    async def create(self, tenant: str, req: CreateSandboxRequest) -> SandboxRecord:
+        sandbox_id = req.sandbox_id or f"sbx-{secrets.token_hex(6)}"
+        if sandbox_id in self._records:
+            raise conflict(f"sandbox id {sandbox_id!r} is taken", "sandbox_exists")
+        owned = sum(1 for r in self._records.values() if r.tenant == tenant)
+        if owned >= self.settings.max_sandboxes_per_tenant:
+            raise quota_exceeded(
+                f"tenant has {owned} sandboxes, the limit is {self.settings.max_sandboxes_per_tenant}"
+            )
+        record = SandboxRecord.from_request(sandbox_id, tenant, req)
+        if record.ttl_seconds is None:
+            record.ttl_seconds = self.settings.default_ttl_seconds
+        self._records[sandbox_id] = record
+        metrics.SANDBOXES.set(len(self._records))
+        started = time.monotonic()
+        try:
+            async with record.lock:
+                await self.backend.create(record)
+        except BackendError as exc:
+            record.mark("failed", str(exc))
+            metrics.CREATE_FAILURES.inc()
+            return record
+        except BaseException:
+            self._records.pop(sandbox_id, None)
+            with contextlib.suppress(Exception):
+                await self.backend.delete(record)
+            raise
+        self._spawn(self._await_ready(record, started))
+        # Fast backends are ready almost at once; answering `ready` saves the client a call.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(record.settled.wait()), 0.5)
+        return record
+
+    async def _await_ready(self, record: SandboxRecord, started: float) -> None:
+        try:
+            await asyncio.wait_for(self.backend.wait_ready(record), record.timeout)
+        except BackendError as exc:
+            record.mark("failed", str(exc))
+        except TimeoutError:
+            record.mark("failed", f"not ready within {record.timeout:g} s")
+        else:
+            if record.status == "pending":
+                record.mark("ready")
+                metrics.CREATE_SECONDS.observe(time.monotonic() - started)
+        if record.status == "failed":
+            metrics.CREATE_FAILURES.inc()
+            log.warning("sandbox %s failed: %s", record.sandbox_id, record.error)
+
+    async def wait(self, tenant: str, sandbox_id: str, timeout: float) -> SandboxRecord:
+        record = self.get(tenant, sandbox_id)
+        try:
+            await asyncio.wait_for(asyncio.shield(record.settled.wait()), timeout)
+        except TimeoutError:
+            raise wait_timeout(
+                f"sandbox {sandbox_id!r} still {record.status} after {timeout:g} s"
+            ) from None
+        return record
+
+    async def delete(self, tenant: str, sandbox_id: str) -> None:
+        record = self.get(tenant, sandbox_id)
+        await self._destroy(record, "terminated", None)
+        self._records.pop(sandbox_id, None)
+        metrics.SANDBOXES.set(len(self._records))
+
+    async def _destroy(self, record: SandboxRecord, status: str, error: str | None) -> None:
+        async with record.lock:
+            if record.status == "terminated":
+                return
+            record.mark(status, error)
+            await self.backend.delete(record)
+
+    # -- concurrency limit ----------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Bound work in flight; beyond the bound answer 503 so clients back off."""
+        if self._inflight >= self.settings.max_inflight:
+            metrics.REJECTED.inc()
+            raise overloaded(f"{self._inflight} operations in flight; retry shortly")
+        self._inflight += 1
+        metrics.INFLIGHT.set(self._inflight)
+        try:
+            yield
+        finally:
+            self._inflight -= 1
+            metrics.INFLIGHT.set(self._inflight)
+
+    # -- reaper ---------------------------------------------------------------------
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _reap_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.reaper_interval_s)
+            try:
+                await self.reap_once()
+            except Exception:
+                log.exception("reaper pass failed")
+
+    async def reap_once(self) -> None:
+        """Delete expired and idle sandboxes, fail dead ones, forget old failures."""
+        now_wall, now = time.time(), time.monotonic()
+        for record in list(self._records.values()):
+            reason: str | None = None
+            if record.status == "failed":
+                if (
+                    record.finished_at
+                    and now - record.finished_at > self.settings.failed_retention_s
+                ):
+                    await self._forget(record)
+                continue
+            if record.expires_at is not None and now_wall >= record.expires_at:
+                reason = f"ttl of {record.ttl_seconds:g} s reached"
+            elif (
+                record.idle_timeout_seconds is not None
+                and now - record.last_active >= record.idle_timeout_seconds
+            ):
+                reason = f"idle for {record.idle_timeout_seconds:g} s"
+            if reason:
+                log.info("reaping sandbox %s: %s", record.sandbox_id, reason)
+                metrics.REAPED.inc()
+                await self._destroy(record, "terminated", reason)
+                await self._forget(record)
+                continue
+            if record.status == "ready":
+                dead = await self.backend.check(record)
+                if dead:
+                    log.warning("sandbox %s died: %s", record.sandbox_id, dead)
+                    await self._destroy(record, "failed", dead)
+                    record.status, record.error = "failed", dead
+
+    async def _forget(self, record: SandboxRecord) -> None:
+        with contextlib.suppress(ApiError):
+            await self.backend.delete(record)
+        self._records.pop(record.sandbox_id, None)
+        metrics.SANDBOXES.set(len(self._records))

@@ -1,0 +1,67 @@
+"""Service configuration: one attrs object built from CLI flags and environment."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import attrs
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(base) / "orchard-env"
+
+
+def parse_api_keys(raw: str | None) -> dict[str, str]:
+    """Parse ``ORCHARD_ENV_API_KEYS``: comma-separated ``key`` or ``tenant:key`` items.
+
+    Returns a mapping key → tenant name. A bare key's tenant is a short hash of it, so
+    tenant names never reveal keys.
+    """
+    keys: dict[str, str] = {}
+    for item in (raw or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        tenant, sep, key = item.partition(":")
+        if not sep:
+            key, tenant = tenant, "t-" + hashlib.sha256(tenant.encode()).hexdigest()[:12]
+        if not key or not tenant:
+            raise ValueError(f"invalid API key entry {item!r}: expected KEY or TENANT:KEY")
+        keys[key] = tenant
+    return keys
+
+
+@attrs.define
+class Settings:
+    """Everything the service needs to know at start."""
+
+    backend: str = "local"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_keys: dict[str, str] = attrs.Factory(dict)
+    state_dir: Path = attrs.Factory(default_state_dir)
+    max_inflight: int = 1024
+    max_sandboxes_per_tenant: int = 2000
+    max_output_bytes: int = 1 << 20
+    max_upload_bytes: int = 1 << 30
+    max_json_file_bytes: int = 64 << 20
+    reaper_interval_s: float = 1.0
+    failed_retention_s: float = 300.0
+    keep_sandboxes_on_exit: bool = False
+    default_ttl_seconds: float | None = None
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> Settings:
+        """Defaults, then ``ORCHARD_ENV_*`` variables, then explicit overrides."""
+        values: dict[str, object] = {}
+        if "ORCHARD_ENV_API_KEYS" in os.environ:
+            values["api_keys"] = parse_api_keys(os.environ["ORCHARD_ENV_API_KEYS"])
+        if os.environ.get("ORCHARD_ENV_STATE_DIR"):
+            values["state_dir"] = Path(os.environ["ORCHARD_ENV_STATE_DIR"])
+        if os.environ.get("ORCHARD_ENV_BACKEND"):
+            values["backend"] = os.environ["ORCHARD_ENV_BACKEND"]
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Set up everything the test suite needs on a fresh Debian machine, then run it all:
+# ruff, mypy and pytest. `scripts/test.sh --fast` runs only the quick pure-logic subset.
+# Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fast=0
+if [[ "${1:-}" == "--fast" ]]; then fast=1; shift; fi
+
+need_apt=()
+command -v bwrap >/dev/null || need_apt+=(bubblewrap)
+command -v patch >/dev/null || need_apt+=(patch)
+command -v git >/dev/null || need_apt+=(git)
+command -v nsenter >/dev/null || need_apt+=(util-linux)
+if ((${#need_apt[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "missing system packages: ${need_apt[*]} (run as root, or install them)" >&2
+    exit 1
+  fi
+  echo "==> apt-get install ${need_apt[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if ! command -v uv >/dev/null; then
+  echo "==> installing uv"
+  python3 -m pip install -q uv
+fi
+
+echo "==> uv sync"
+uv sync --frozen --all-packages -q
+
+echo "==> ruff"
+uv run ruff check .
+uv run ruff format --check .
+echo "==> mypy"
+uv run mypy
+
+echo "==> pytest"
+markers=()
+if ((fast)); then markers=(-m fast); fi
+set +e
+uv run pytest "${markers[@]}" "$@"
+rc=$?
+set -e
+if [[ $rc -eq 5 ]]; then
+  echo "pytest collected no tests: that is a failure here" >&2
+  exit 1
+fi
+exit $rc

@@ -1,0 +1,65 @@
+"""API keys: each key a tenant that sees only its own sandboxes and jobs."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from orchard_env_client import SandboxClient
+from orchard_env_client.errors import AuthError, OrchardError
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def keyed_server(backend, tmp_path_factory):
+    from conftest import RunningServer
+
+    srv = RunningServer(backend=backend, state_dir=tmp_path_factory.mktemp("auth") / "s",
+                        api_keys="alice:key-a,bob:key-b")  # fmt: skip
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def test_health_and_banner_need_no_key(keyed_server):
+    assert httpx.get(keyed_server.url + "/health").status_code == 200
+    assert httpx.get(keyed_server.url + "/").status_code == 200
+
+
+@pytest.mark.parametrize("headers", [{}, {"X-API-Key": "wrong"}, {"Authorization": "Bearer wrong"}])
+def test_requests_without_a_valid_key_are_401(keyed_server, headers):
+    response = httpx.get(keyed_server.url + "/sandboxes", headers=headers)
+    assert response.status_code == 401 and response.json()["code"] == "unauthorized"
+
+
+def test_bearer_and_x_api_key_both_work(keyed_server):
+    for headers in ({"X-API-Key": "key-a"}, {"Authorization": "Bearer key-a"}):
+        assert httpx.get(keyed_server.url + "/sandboxes", headers=headers).status_code == 200
+
+
+def test_the_client_raises_auth_error(keyed_server):
+    with SandboxClient(base_url=keyed_server.url, api_key="wrong") as client, pytest.raises(AuthError):
+        client.list_sandboxes()
+
+
+def test_tenants_cannot_see_or_touch_each_others_sandboxes_or_jobs(keyed_server):
+    with SandboxClient(base_url=keyed_server.url, api_key="key-a") as alice, \
+         SandboxClient(base_url=keyed_server.url, api_key="key-b") as bob:  # fmt: skip
+        sbx = alice.create_sandbox("host")
+        job = sbx.start("sleep 5")
+        assert [s.sandbox_id for s in bob.list_sandboxes()] == []
+        for call in (
+            lambda: bob.get_sandbox(sbx.sandbox_id),
+            lambda: bob.delete_sandbox(sbx.sandbox_id),
+        ):
+            with pytest.raises(OrchardError) as err:
+                call()
+            assert err.value.status == 404
+        url = keyed_server.url
+        for method, path in (("GET", f"/jobs/{job.job_id}"), ("POST", f"/jobs/{job.job_id}/cancel"),
+                             ("POST", f"/sandboxes/{sbx.sandbox_id}/exec")):  # fmt: skip
+            response = httpx.request(method, url + path, headers={"X-API-Key": "key-b"},
+                                     json={"command": "true"})  # fmt: skip
+            assert response.status_code == 404, (path, response.text)
+        assert sbx.exec("echo mine").stdout == "mine\n"

@@ -1,0 +1,106 @@
+"""Bad input gets a clear JSON error with the right status, and changes nothing."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def sid(server):
+    body = httpx.post(f"{server.url}/sandboxes", json={"image": "host"}).json()
+    yield body["sandbox_id"]
+    httpx.delete(f"{server.url}/sandboxes/{body['sandbox_id']}")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"image": ""},
+        {"image": "host", "unknown_field": 1},
+        {"image": "host", "sandbox_id": "Bad_ID!"},
+        {"image": "host", "sandbox_id": "x" * 41},
+        {"image": "host", "timeout": -1},
+        {"image": "host", "memory": "lots"},
+        {"image": "host", "env": {"K": 1}},
+        {"image": 5},
+    ],
+)
+def test_invalid_create_bodies_are_422(server, body):
+    before = httpx.get(f"{server.url}/sandboxes").json()["sandboxes"]
+    response = httpx.post(f"{server.url}/sandboxes", json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["code"] == "invalid_body" and response.json()["detail"]
+    assert httpx.get(f"{server.url}/sandboxes").json()["sandboxes"] == before
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"command": ""}, {"command": []}, {"command": "true", "bogus": 1},
+     {"command": "true", "timeout_seconds": 0}, {"command": 12}],
+)  # fmt: skip
+def test_invalid_exec_bodies_are_422(server, sid, body):
+    response = httpx.post(f"{server.url}/sandboxes/{sid}/exec", json=body)
+    assert response.status_code == 422 and response.json()["code"] == "invalid_body"
+
+
+def test_malformed_json_is_422(server):
+    response = httpx.post(f"{server.url}/sandboxes", content=b"{not json",
+                          headers={"content-type": "application/json"})  # fmt: skip
+    assert response.status_code == 422 and response.json()["code"] == "invalid_body"
+
+
+def test_unknown_sandboxes_and_jobs_are_404_with_codes(server):
+    assert httpx.get(f"{server.url}/sandboxes/nope").json()["code"] == "sandbox_not_found"
+    assert httpx.get(f"{server.url}/jobs/nope.123").json()["code"] == "job_not_found"
+    assert httpx.get(f"{server.url}/jobs/garbage").status_code == 404
+
+
+def test_a_request_id_is_echoed_or_minted(server):
+    assert httpx.get(f"{server.url}/health", headers={"X-Request-ID": "abc-123"}).headers[
+        "x-request-id"
+    ] == "abc-123"
+    assert httpx.get(f"{server.url}/health").headers["x-request-id"]
+
+
+def test_long_command_lines_and_nul_bytes_are_handled(server, sid):
+    long = "echo " + "x" * 10_000
+    job = httpx.post(f"{server.url}/sandboxes/{sid}/exec", json={"command": long, "wait": True}).json()
+    assert job["exit_code"] == 0 and len(job["stdout"]) == 10_001
+    response = httpx.post(f"{server.url}/sandboxes/{sid}/exec", json={"command": "echo a\u0000b", "wait": True})
+    assert response.status_code in (200, 400, 422)
+    if response.status_code == 200:
+        assert response.json()["status"] in ("succeeded", "failed")
+
+
+def test_an_oversized_upload_is_413_and_writes_nothing(backend, tmp_path):
+    from conftest import RunningServer
+
+    srv = RunningServer(backend=backend, state_dir=tmp_path / "s")
+    srv.start("--max-upload-bytes", "1000")
+    try:
+        sid = httpx.post(f"{srv.url}/sandboxes", json={"image": "host"}).json()["sandbox_id"]
+        url = f"{srv.url}/sandboxes/{sid}/fs"
+        response = httpx.put(url, params={"path": "/workspace/big"}, content=b"x" * 5000)
+        assert response.status_code == 413 and response.json()["code"]
+
+        def chunks():
+            for _ in range(5):
+                yield b"y" * 1000
+
+        response = httpx.put(url, params={"path": "/workspace/big2"}, content=chunks())
+        assert response.status_code == 413
+        listing = httpx.get(f"{srv.url}/sandboxes/{sid}/files/list", params={"path": "/workspace"})
+        assert listing.json()["files"] == []
+    finally:
+        srv.stop()
+
+
+def test_exec_on_a_deleted_sandbox_is_404(server):
+    sid = httpx.post(f"{server.url}/sandboxes", json={"image": "host"}).json()["sandbox_id"]
+    httpx.delete(f"{server.url}/sandboxes/{sid}")
+    response = httpx.post(f"{server.url}/sandboxes/{sid}/exec", json={"command": "true"})
+    assert response.status_code == 404

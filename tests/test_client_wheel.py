@@ -1,0 +1,38 @@
+"""The client installs alone: its wheel in a fresh venv pulls no server or cluster tooling."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_client_wheel_installs_and_imports_alone(tmp_path):
+    dist = tmp_path / "dist"
+    subprocess.run(["uv", "build", "--package", "orchard-env-client", "--wheel", "-o", str(dist)],
+                   cwd=ROOT, check=True, capture_output=True)  # fmt: skip
+    wheel = next(dist.glob("orchard_env_client-*.whl"))
+    venv = tmp_path / "venv"
+    subprocess.run(["uv", "venv", "-q", "-p", sys.executable, str(venv)], check=True)
+    py = venv / "bin" / "python"
+    subprocess.run(["uv", "pip", "install", "-q", "-p", str(py), str(wheel)], check=True)
+    probe = (
+        "import importlib.util, orchard_env_client as c;"
+        "print(c.SandboxClient.__name__, c.AsyncSandboxClient.__name__);"
+        "print([m for m in ('fastapi','pydantic','kubernetes','starlette','uvicorn')"
+        " if importlib.util.find_spec(m)])"
+    )
+    out = subprocess.run([str(py), "-c", probe], check=True, capture_output=True, text=True).stdout
+    assert out.splitlines() == ["SandboxClient AsyncSandboxClient", "[]"]
+
+
+def test_every_package_builds_as_its_own_wheel(tmp_path):
+    subprocess.run(["uv", "build", "--all-packages", "--wheel", "-o", str(tmp_path)],
+                   cwd=ROOT, check=True, capture_output=True)  # fmt: skip
+    names = sorted(p.name.split("-")[0] for p in tmp_path.glob("*.whl"))
+    assert names == ["orchard_env_agent", "orchard_env_client", "orchard_env_server"]

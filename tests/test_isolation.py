@@ -1,0 +1,93 @@
+"""The local backend's bubblewrap isolation: filesystem, processes and network."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import httpx
+import pytest
+
+from orchard_env_client import SandboxClient
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    if server.backend != "local":
+        pytest.skip("bubblewrap isolation is the local backend's")
+    assert httpx.get(server.url + "/health").json()["isolation"] == "bubblewrap"
+    with SandboxClient(base_url=server.url) as c:
+        yield c
+
+
+def test_the_host_filesystem_is_read_only(client):
+    sbx = client.create_sandbox("host")
+    job = sbx.exec("touch /usr/orchard-test 2>&1; echo rc=$?")
+    assert "rc=1" in job.stdout and "Read-only" in job.stdout
+
+
+def test_tmp_and_workspace_are_private_to_each_sandbox(client):
+    a, b = client.create_sandbox("host"), client.create_sandbox("host")
+    a.exec("echo secret > /tmp/mine; echo w > /workspace/mine")
+    assert b.exec("cat /tmp/mine /workspace/mine").exit_code != 0
+
+
+def test_processes_of_other_sandboxes_are_invisible(client):
+    a, b = client.create_sandbox("host"), client.create_sandbox("host")
+    a.start("sleep 123.456")
+    assert "123.456" not in b.exec("ps -eo args").stdout
+
+
+def test_a_blocked_network_has_only_loopback(client):
+    sbx = client.create_sandbox("host", block_network=True)
+    assert sbx.exec("ls /sys/class/net 2>/dev/null || ip -o link").exit_code in (0, 1, 2)
+    routes = sbx.exec("cat /proc/net/route").stdout.strip().splitlines()
+    assert routes[1:] == []
+    dev = sbx.exec("cat /proc/net/dev").stdout
+    assert "lo:" in dev and "eth0" not in dev
+
+
+def test_an_open_network_shares_the_hosts_interfaces(client):
+    sbx = client.create_sandbox("host", block_network=False)
+    host_dev = open("/proc/net/dev").read().split("\n")[2:]
+    sandbox_dev = sbx.exec("cat /proc/net/dev").stdout
+    assert len([line for line in host_dev if ":" in line]) == sandbox_dev.count(":")
+
+
+def _minimal_rootfs(root: Path) -> Path:
+    """A root filesystem holding only a few host binaries and the libraries they link."""
+    for tool in ("bash", "sh", "cat", "sleep", "ls"):
+        exe = Path(shutil.which(tool) or f"/bin/{tool}").resolve()
+        libs = subprocess.run(["ldd", str(exe)], capture_output=True, text=True).stdout
+        paths = [exe] + [Path(p) for p in re.findall(r"(/\S+) \(0x", libs)]
+        for path in paths:
+            target = root / "bin" / tool if path == exe else root / str(path).lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.exists():
+                shutil.copy2(path, target)
+    (root / "etc").mkdir(exist_ok=True)
+    (root / "etc" / "marker").write_text("custom-root\n")
+    return root
+
+
+def test_a_root_filesystem_directory_is_an_image(client, tmp_path):
+    sbx = client.create_sandbox(str(_minimal_rootfs(tmp_path / "rootfs")))
+    assert sbx.exec("cat /etc/marker; ls /").stdout.startswith("custom-root\n")
+    assert sbx.exec("ls /usr/bin/python3").exit_code != 0
+
+
+def test_a_root_filesystem_archive_is_an_image(client, tmp_path):
+    root = _minimal_rootfs(tmp_path / "rootfs")
+    archive = tmp_path / "rootfs.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(root, arcname=".")
+    sbx = client.create_sandbox(str(archive))
+    assert sbx.exec("cat /etc/marker").stdout == "custom-root\n"
