@@ -7,14 +7,13 @@ import pytest
 
 from orchard_env_client import SandboxClient
 from orchard_env_client.errors import AuthError, OrchardError
+from orchard_testing import RunningServer
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def keyed_server(backend, tmp_path_factory):
-    from conftest import RunningServer
-
     srv = RunningServer(backend=backend, state_dir=tmp_path_factory.mktemp("auth") / "s",
                         api_keys="alice:key-a,bob:key-b")  # fmt: skip
     srv.start()
@@ -39,7 +38,10 @@ def test_bearer_and_x_api_key_both_work(keyed_server):
 
 
 def test_the_client_raises_auth_error(keyed_server):
-    with SandboxClient(base_url=keyed_server.url, api_key="wrong") as client, pytest.raises(AuthError):
+    with (
+        SandboxClient(base_url=keyed_server.url, api_key="wrong") as client,
+        pytest.raises(AuthError),
+    ):
         client.list_sandboxes()
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from orchard_testing import RunningServer
+
 pytestmark = pytest.mark.integration
 
 
@@ -60,25 +62,30 @@ def test_unknown_sandboxes_and_jobs_are_404_with_codes(server):
 
 
 def test_a_request_id_is_echoed_or_minted(server):
-    assert httpx.get(f"{server.url}/health", headers={"X-Request-ID": "abc-123"}).headers[
-        "x-request-id"
-    ] == "abc-123"
+    assert (
+        httpx.get(f"{server.url}/health", headers={"X-Request-ID": "abc-123"}).headers[
+            "x-request-id"
+        ]
+        == "abc-123"
+    )
     assert httpx.get(f"{server.url}/health").headers["x-request-id"]
 
 
 def test_long_command_lines_and_nul_bytes_are_handled(server, sid):
     long = "echo " + "x" * 10_000
-    job = httpx.post(f"{server.url}/sandboxes/{sid}/exec", json={"command": long, "wait": True}).json()
+    job = httpx.post(
+        f"{server.url}/sandboxes/{sid}/exec", json={"command": long, "wait": True}
+    ).json()
     assert job["exit_code"] == 0 and len(job["stdout"]) == 10_001
-    response = httpx.post(f"{server.url}/sandboxes/{sid}/exec", json={"command": "echo a\u0000b", "wait": True})
+    response = httpx.post(
+        f"{server.url}/sandboxes/{sid}/exec", json={"command": "echo a\u0000b", "wait": True}
+    )
     assert response.status_code in (200, 400, 422)
     if response.status_code == 200:
         assert response.json()["status"] in ("succeeded", "failed")
 
 
 def test_an_oversized_upload_is_413_and_writes_nothing(backend, tmp_path):
-    from conftest import RunningServer
-
     srv = RunningServer(backend=backend, state_dir=tmp_path / "s")
     srv.start("--max-upload-bytes", "1000")
     try:

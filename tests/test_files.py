@@ -31,14 +31,18 @@ def sandbox(client):
     sbx.delete()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.binary(max_size=4096))
 def test_arbitrary_bytes_round_trip_raw(sandbox, data):
     sandbox.upload_content("/workspace/blob.bin", data)
     assert sandbox.download_content("/workspace/blob.bin") == data
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.binary(max_size=2048))
 def test_arbitrary_bytes_round_trip_base64(server, sandbox, data):
     base = f"{server.url}/sandboxes/{sandbox.sandbox_id}/files"
@@ -62,7 +66,9 @@ def test_relative_paths_resolve_against_the_workdir(sandbox):
 
 
 def test_list_shows_names_types_and_sizes(sandbox):
-    sandbox.exec("mkdir -p /workspace/ls/d && printf abc > /workspace/ls/f && ln -sf f /workspace/ls/l")
+    sandbox.exec(
+        "mkdir -p /workspace/ls/d && printf abc > /workspace/ls/f && ln -sf f /workspace/ls/l"
+    )
     entries = {f.name: f for f in sandbox.list_files("/workspace/ls")}
     assert entries["f"].type == "file" and entries["f"].size == 3
     assert entries["d"].type == "directory"
@@ -87,11 +93,14 @@ def test_a_directory_moves_as_a_tar(server, sandbox):
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     url = f"{server.url}/sandboxes/{sandbox.sandbox_id}/fs"
-    put = httpx.put(url, params={"path": "/workspace/tree", "archive": "tar"}, content=buf.getvalue())
+    put = httpx.put(
+        url, params={"path": "/workspace/tree", "archive": "tar"}, content=buf.getvalue()
+    )
     assert put.status_code == 200, put.text
     assert sandbox.exec("cat /workspace/tree/sub/b.txt").stdout == "B"
     got = httpx.get(url, params={"path": "/workspace/tree", "archive": "tar"})
-    names = tarfile.open(fileobj=io.BytesIO(got.content)).getnames()
+    with tarfile.open(fileobj=io.BytesIO(got.content)) as tar:
+        names = tar.getnames()
     assert any(n.endswith("sub/b.txt") for n in names)
 
 

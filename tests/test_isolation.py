@@ -57,7 +57,7 @@ def test_a_blocked_network_has_only_loopback(client):
 
 def test_an_open_network_shares_the_hosts_interfaces(client):
     sbx = client.create_sandbox("host", block_network=False)
-    host_dev = open("/proc/net/dev").read().split("\n")[2:]
+    host_dev = Path("/proc/net/dev").read_text().split("\n")[2:]
     sandbox_dev = sbx.exec("cat /proc/net/dev").stdout
     assert len([line for line in host_dev if ":" in line]) == sandbox_dev.count(":")
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -23,8 +27,14 @@ def test_create_answers_a_ready_sandbox_object(server):
                 "error"}  # fmt: skip
     assert expected <= set(body)
     sid = body["sandbox_id"]
-    assert httpx.get(f"{server.url}/sandboxes/{sid}/wait", params={"timeout": 5}).json()["status"] == "ready"
-    assert httpx.delete(f"{server.url}/sandboxes/{sid}").json() == {"status": "deleted", "sandbox_id": sid}
+    assert (
+        httpx.get(f"{server.url}/sandboxes/{sid}/wait", params={"timeout": 5}).json()["status"]
+        == "ready"
+    )
+    assert httpx.delete(f"{server.url}/sandboxes/{sid}").json() == {
+        "status": "deleted",
+        "sandbox_id": sid,
+    }
     assert httpx.delete(f"{server.url}/sandboxes/{sid}").status_code == 404
 
 
@@ -32,7 +42,9 @@ def test_a_custom_id_is_used_and_cannot_be_taken_twice(server):
     with SandboxClient(base_url=server.url) as client:
         sbx = client.create_sandbox("host", sandbox_id="my-custom-id")
         assert sbx.sandbox_id == "my-custom-id"
-        response = httpx.post(f"{server.url}/sandboxes", json={"image": "host", "sandbox_id": "my-custom-id"})
+        response = httpx.post(
+            f"{server.url}/sandboxes", json={"image": "host", "sandbox_id": "my-custom-id"}
+        )
         assert response.status_code == 409 and response.json()["code"]
 
 
@@ -74,10 +86,10 @@ def test_a_bad_image_fails_with_a_reason(server):
 
 def _sandbox_processes(state_dir) -> list[str]:
     out = []
-    for pid in __import__("os").listdir("/proc"):
+    for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
-                cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
             if str(state_dir) in cmd:
@@ -111,13 +123,10 @@ def test_a_graceful_stop_leaves_no_process_or_directory_behind(fresh_server):
 
 
 def test_sandboxes_of_a_dead_agent_are_cleaned_or_served_again(fresh_server):
-    import os
-    import signal
-
     fresh_server.start()
     with SandboxClient(base_url=fresh_server.url) as client:
         sbx = client.create_sandbox("host")
-        agent_pid = __import__("json").loads((fresh_server.state_dir / "agent.json").read_text())["pid"]
+        agent_pid = json.loads((fresh_server.state_dir / "agent.json").read_text())["pid"]
         os.kill(agent_pid, signal.SIGKILL)
         deadline = time.monotonic() + 15
         while True:

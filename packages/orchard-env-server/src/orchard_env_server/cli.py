@@ -33,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
         help="leave sandboxes running on shutdown, for the next start to adopt",
     )
     serve.add_argument("--log-level", default="info")
+    serve.add_argument(
+        "--access-log", action="store_true", help="one JSON line per request (request id, ms)"
+    )
     return parser
 
 
@@ -58,7 +61,8 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    logging.getLogger("orchard_env_server.access").setLevel(logging.WARNING)
+    access = logging.getLogger("orchard_env_server.access")
+    access.setLevel(logging.INFO if args.access_log else logging.WARNING)
     if not settings.api_keys and settings.host not in ("127.0.0.1", "localhost", "::1"):
         logging.warning("listening on %s with NO API keys: anyone who can reach it can run code",
                         settings.host)  # fmt: skip
