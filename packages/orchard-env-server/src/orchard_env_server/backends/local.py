@@ -60,10 +60,12 @@ class LocalBackend:
                 "processes and network. Install bubblewrap for isolation.",
                 self._why_not,
             )
-        await self._agent.ensure()
-        return await self._recover()
+        fresh_agent = await self._agent.ensure()
+        known = set() if fresh_agent else await self._agent.registered_ids()
+        return await self._recover(known)
 
-    async def _recover(self) -> list[SandboxRecord]:
+    async def _recover(self, known: set[str]) -> list[SandboxRecord]:
+        """Sandboxes of an earlier run whose holder lives on; the rest are removed."""
         found: list[SandboxRecord] = []
         for path in sorted(self._sandboxes.iterdir()):
             record = self._load(path)
@@ -72,7 +74,12 @@ class LocalBackend:
                 await self._kill_holder(record)
                 await asyncio.to_thread(shutil.rmtree, path, True)
                 continue
-            await self._register(record)
+            if record.agent is not None:
+                record.agent.base_url = self._agent.base_url
+            if record.sandbox_id in known:
+                self._registered.add(record.sandbox_id)
+            else:
+                await self._register(record)
             found.append(record)
         return found
 
@@ -86,9 +93,12 @@ class LocalBackend:
         if delete_sandboxes:
             for path in list(self._sandboxes.iterdir()):
                 record = self._load(path)
-                await self._kill_holder(record)
-                await asyncio.to_thread(shutil.rmtree, path, True)
+                if record is None:
+                    await asyncio.to_thread(shutil.rmtree, path, True)
+                else:
+                    await self.delete(record)
             await self._agent.stop()
+        await self._agent.aclose()
 
     # -- create / ready / delete ----------------------------------------------------
     async def create(self, record: SandboxRecord) -> None:

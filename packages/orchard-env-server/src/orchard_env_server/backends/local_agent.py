@@ -39,10 +39,17 @@ class LocalAgent:
 
     async def ensure(self) -> bool:
         """Adopt a live agent from an earlier run, or start one. True when newly started."""
+        if self.pid is not None:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, os.WNOHANG)  # reap a dead agent we started ourselves
         if await self._adopt():
             return False
         await self._spawn()
         return True
+
+    async def registered_ids(self) -> set[str]:
+        listing = await self.admin("GET", "/_admin/sandboxes")
+        return {item["sandbox_id"] for item in listing["sandboxes"]}
 
     def alive(self) -> bool:
         return is_alive(self.pid, self._started)
@@ -120,8 +127,11 @@ class LocalAgent:
         return response.json() if response.content else None
 
     async def stop(self) -> None:
+        """Stop the agent process for good (its sandboxes must be deleted first)."""
         if self.pid is not None:
             await asyncio.to_thread(kill_and_wait, self.pid, self._started)
         self._state_file.unlink(missing_ok=True)
+
+    async def aclose(self) -> None:
         with contextlib.suppress(Exception):
             await self._http.aclose()

@@ -71,16 +71,34 @@ async def put_raw(
         )
     params = {"path": path, **({"archive": archive} if archive else {})}
     headers = {"content-length": length} if length else {}
+    cap = svc.settings.max_upload_bytes
     async with svc.slot():
-        response = await ag.open_stream(
-            endpoint, "PUT", "/fs", params=params, content=request.stream(), headers=headers,
-            timeout=None,
-        )  # fmt: skip
+        body = _capped(request.stream(), cap)
+        try:
+            response = await ag.open_stream(
+                endpoint, "PUT", "/fs", params=params, content=body, headers=headers, timeout=None
+            )
+        except _UploadTooLarge:  # the upload stops here; the agent discards its temp file
+            raise too_large(f"upload exceeds the cap of {cap} bytes") from None
         try:
             await response.aread()
         finally:
             await response.aclose()
     return JSONResponse(response.json(), status_code=response.status_code)
+
+
+class _UploadTooLarge(Exception):
+    pass
+
+
+async def _capped(source: AsyncIterator[bytes], cap: int) -> AsyncIterator[bytes]:
+    """Pass an upload through, stopping it once it exceeds ``cap`` bytes."""
+    seen = 0
+    async for chunk in source:
+        seen += len(chunk)
+        if seen > cap:
+            raise _UploadTooLarge
+        yield chunk
 
 
 @router.get("/sandboxes/{sandbox_id}/fs")
