@@ -33,6 +33,15 @@ def _parser() -> argparse.ArgumentParser:
         help="leave sandboxes running on shutdown, for the next start to adopt",
     )
     serve.add_argument("--log-level", default="info")
+    bench = sub.add_parser("bench", help="measure the service").add_subparsers(
+        dest="bench", required=True
+    )
+    latency = bench.add_parser("latency", help="exec round trip next to direct baselines")
+    latency.add_argument("--url", default=None, help="an existing server (default: start one)")
+    latency.add_argument("--backend", default="local", choices=["local"])
+    latency.add_argument("--runs", type=int, default=200)
+    latency.add_argument("--command", dest="cmd", default="true")
+    latency.add_argument("--json", action="store_true", help="print JSON instead of a table")
     serve.add_argument(
         "--access-log", action="store_true", help="one JSON line per request (request id, ms)"
     )
@@ -81,6 +90,17 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "bench":
+        import json
+
+        from .bench import bench_latency, print_latency
+
+        results = bench_latency(args.url, args.backend, args.runs, args.cmd)
+        if args.json:
+            print(json.dumps(results, indent=2))
+        else:
+            print_latency(results)
+        return 0
     return 2
 
 
