@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 SandboxId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9-]{1,40}$")]
 SandboxStatus = Literal["pending", "ready", "failed", "terminated"]
@@ -63,6 +63,12 @@ class DeleteResult(BaseModel):
     sandbox_id: str
 
 
+def _no_nul(value: object, what: str) -> None:
+    texts = [value] if isinstance(value, str) else list(value or [])  # type: ignore[call-overload]
+    if any("\x00" in t for t in texts):
+        raise ValueError(f"{what} must not contain NUL bytes")
+
+
 class ExecRequest(_Strict):
     command: (
         Annotated[str, StringConstraints(min_length=1)] | Annotated[list[str], Field(min_length=1)]
@@ -73,6 +79,15 @@ class ExecRequest(_Strict):
     login_shell: bool | None = False
     wait: bool | None = False
     stdin: str | None = None
+
+    @model_validator(mode="after")
+    def _reject_nul(self) -> ExecRequest:
+        # A process can take no NUL in argv, env or cwd; say so instead of failing later.
+        _no_nul(self.command, "command")
+        _no_nul(self.cwd, "cwd")
+        if self.env:
+            _no_nul(list(self.env) + list(self.env.values()), "env")
+        return self
 
 
 class Usage(BaseModel):
