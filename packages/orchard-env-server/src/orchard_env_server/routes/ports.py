@@ -16,10 +16,6 @@ router = APIRouter(tags=["ports"])
 _STRIP = {"x-api-key", "authorization", "host", "content-length", "x-orchard-sandbox"}
 
 
-@router.api_route(
-    "/sandboxes/{sandbox_id}/ports/{port}/{path:path}",
-    methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
-)
 async def forward_port(
     sandbox_id: str,
     port: Annotated[int, Path(ge=1, le=65535)],
@@ -47,4 +43,13 @@ async def forward_port(
 
     return StreamingResponse(
         relay(), status_code=response.status_code, headers=forwardable_headers(response.headers)
+    )
+
+
+for _method in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"):
+    router.add_api_route(
+        "/sandboxes/{sandbox_id}/ports/{port}/{path:path}",
+        forward_port,
+        methods=[_method],
+        operation_id=f"forward_port_{_method.lower()}",
     )

@@ -1,0 +1,53 @@
+"""Port forwarding to servers inside a sandbox, and the interactive terminal."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from websockets.sync.client import connect
+
+from orchard_env_client import SandboxClient
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def sandbox(server):
+    with SandboxClient(base_url=server.url) as client:
+        sbx = client.create_sandbox("host")
+        yield sbx
+        sbx.delete()
+
+
+def test_an_http_server_inside_a_network_blocked_sandbox_is_reachable(server, sandbox):
+    sandbox.upload_content("/workspace/site/index.html", "<h1>inside</h1>")
+    sandbox.start("cd /workspace/site && exec python3 -m http.server 8123 --bind 127.0.0.1")
+    url = f"{server.url}/sandboxes/{sandbox.sandbox_id}/ports/8123/index.html"
+    deadline = time.monotonic() + 20
+    while True:
+        response = httpx.get(url, params={"q": "1"})
+        if response.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert response.status_code == 200 and response.text == "<h1>inside</h1>"
+    missing = httpx.get(f"{server.url}/sandboxes/{sandbox.sandbox_id}/ports/8123/nope")
+    assert missing.status_code == 404  # the sandboxed server's own answer passes through
+
+
+def test_a_port_nobody_listens_on_is_502(server, sandbox):
+    response = httpx.get(f"{server.url}/sandboxes/{sandbox.sandbox_id}/ports/8999/")
+    assert response.status_code == 502 and response.json()["code"] == "port_not_listening"
+
+
+def test_the_pty_runs_an_interactive_shell(server, sandbox):
+    ws_url = server.url.replace("http://", "ws://") + f"/sandboxes/{sandbox.sandbox_id}/exec/pty"
+    with connect(ws_url, open_timeout=10) as ws:
+        ws.send(b"echo pty-$((6*7))\n")
+        seen = b""
+        deadline = time.monotonic() + 10
+        while b"pty-42" not in seen and time.monotonic() < deadline:
+            frame = ws.recv(timeout=5)
+            seen += frame if isinstance(frame, bytes) else frame.encode()
+        assert b"pty-42" in seen
