@@ -70,6 +70,8 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    for noisy in ("httpx", "httpcore"):  # one line per agent call would cost more than the call
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     access = logging.getLogger("orchard_env_server.access")
     access.setLevel(logging.INFO if args.access_log else logging.WARNING)
     if not settings.api_keys and settings.host not in ("127.0.0.1", "localhost", "::1"):
