@@ -1,0 +1,50 @@
+"""CLI: ``orchard-env-agent [--host H] [--port P] [--multi] ...`` runs the agent on uvicorn."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import sys
+
+import uvicorn
+
+from .app import create_app
+from .config import parse_args
+
+
+def _write_port_file(path: str, port: int) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(str(port))
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = parse_args(argv)
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((settings.host, settings.port))
+    sock.listen(1024)
+    sock.set_inheritable(False)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        create_app(settings),
+        loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+        http="httptools" if importlib.util.find_spec("httptools") else "h11",
+        ws="websockets",
+        access_log=False,
+        log_level="warning",
+        lifespan="on",
+        timeout_keep_alive=75,
+    )
+    server = uvicorn.Server(config)
+    if settings.port_file:
+        _write_port_file(settings.port_file, port)
+    print(f"orchard-env-agent listening on {settings.host}:{port}", file=sys.stderr, flush=True)
+    server.run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main()

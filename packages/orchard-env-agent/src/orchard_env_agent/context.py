@@ -1,0 +1,107 @@
+"""Sandbox contexts (what a sandbox's commands and files see) and their registry."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .jobs import JobStore
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class Mount:
+    path: str  # sandbox path, normalised, no trailing slash except "/"
+    host_path: str
+    writable: bool
+
+
+@dataclass
+class SandboxContext:
+    sandbox_id: str
+    token: str
+    env: dict[str, str]
+    workdir: str
+    holder_pid: int | None
+    mounts: list[Mount]
+    jobs: JobStore = field(init=False)
+    _has_bash: bool | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        from .jobs import JobStore
+
+        self.jobs = JobStore(self.sandbox_id)
+
+    def mount_for(self, sandbox_path: str) -> Mount | None:
+        best: Mount | None = None
+        for m in self.mounts:
+            if (
+                sandbox_path == m.path or m.path == "/" or sandbox_path.startswith(m.path + "/")
+            ) and (best is None or len(m.path) > len(best.path)):
+                best = m
+        return best
+
+    def host_path_for(self, sandbox_path: str) -> str | None:
+        """Lexical sandbox → host mapping (no symlink checks; for probes only)."""
+        m = self.mount_for(sandbox_path)
+        if m is None:
+            return None
+        rest = sandbox_path[len(m.path) :].lstrip("/") if m.path != "/" else sandbox_path[1:]
+        return os.path.join(m.host_path, rest) if rest else m.host_path
+
+    @property
+    def has_bash(self) -> bool:
+        if self._has_bash is None:
+            if self.holder_pid is not None:
+                probe = f"/proc/{self.holder_pid}/root/bin/bash"
+            else:
+                probe = self.host_path_for("/bin/bash") or "/bin/bash"
+            self._has_bash = os.path.exists(probe)
+        return self._has_bash
+
+
+def normalise_mount_path(path: str) -> str:
+    path = os.path.normpath("/" + path.strip("/"))
+    return "/" if path in ("/", "//") else path
+
+
+class Registry:
+    def __init__(self, multi: bool) -> None:
+        self.multi = multi
+        self.sandboxes: dict[str, SandboxContext] = {}
+
+    def add(self, ctx: SandboxContext) -> None:
+        old = self.sandboxes.get(ctx.sandbox_id)
+        if old is not None:
+            ctx.jobs = old.jobs  # re-registration keeps the jobs
+        self.sandboxes[ctx.sandbox_id] = ctx
+
+    def get(self, sandbox_id: str) -> SandboxContext | None:
+        return self.sandboxes.get(sandbox_id)
+
+    def remove(self, sandbox_id: str) -> SandboxContext | None:
+        return self.sandboxes.pop(sandbox_id, None)
+
+    def only(self) -> SandboxContext:
+        return next(iter(self.sandboxes.values()))
+
+
+def single_context(sandbox_id: str, token: str) -> SandboxContext:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ORCHARD_AGENT_TOKEN", "ORCHARD_AGENT_TOKEN_FILE", "ORCHARD_AGENT_ADMIN_TOKEN")
+    }
+    env.setdefault("PATH", DEFAULT_PATH)
+    workdir = os.environ.get("ORCHARD_WORKDIR") or os.getcwd()
+    return SandboxContext(
+        sandbox_id=sandbox_id,
+        token=token,
+        env=env,
+        workdir=workdir,
+        holder_pid=None,
+        mounts=[Mount("/", "/", True)],
+    )

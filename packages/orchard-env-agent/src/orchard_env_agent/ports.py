@@ -1,0 +1,101 @@
+"""Forwarding HTTP requests to 127.0.0.1:PORT inside a sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import anyio.to_thread
+import h11
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from . import netns
+from .context import SandboxContext
+from .errors import ApiError
+
+HOP_BY_HOP = {
+    "authorization",
+    "x-orchard-sandbox",
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+}
+
+
+async def forward(ctx: SandboxContext, request: Request, port: int, path: str) -> Response:
+    if not 1 <= port <= 65535:
+        raise ApiError(400, "invalid_port", f"port {port} is out of range")
+    body = await request.body()
+    try:
+        sock = await anyio.to_thread.run_sync(netns.connect, port, ctx.holder_pid)
+    except (ConnectionRefusedError, TimeoutError, OSError) as exc:
+        raise ApiError(
+            502, "port_not_listening", f"nothing listens on port {port} in the sandbox ({exc})"
+        ) from None
+    sock.setblocking(False)
+    reader, writer = await asyncio.open_connection(sock=sock)
+    conn = h11.Connection(our_role=h11.CLIENT)
+    target = "/" + path + (("?" + request.url.query) if request.url.query else "")
+    headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
+    headers += [("host", f"127.0.0.1:{port}"), ("connection", "close")]
+    headers.append(("content-length", str(len(body))))
+    try:
+        writer.write(conn.send(h11.Request(method=request.method, target=target, headers=headers)))
+        if body:
+            writer.write(conn.send(h11.Data(data=body)))
+        writer.write(conn.send(h11.EndOfMessage()))
+        await writer.drain()
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await reader.read(65536))
+                continue
+            if isinstance(event, h11.InformationalResponse):
+                continue
+            if isinstance(event, h11.Response):
+                break
+            raise ApiError(502, "bad_upstream", "the sandbox service closed without an answer")
+    except (h11.ProtocolError, OSError) as exc:
+        writer.close()
+        raise ApiError(502, "bad_upstream", f"bad answer from port {port}: {exc}") from None
+    except BaseException:
+        writer.close()
+        raise
+
+    out_headers = [
+        (k.decode("latin-1"), v.decode("latin-1"))
+        for k, v in event.headers
+        if k.decode("latin-1").lower() not in HOP_BY_HOP - {"content-length"}
+    ]
+
+    async def body_iter() -> AsyncIterator[bytes]:
+        try:
+            while True:
+                ev = conn.next_event()
+                if ev is h11.NEED_DATA:
+                    conn.receive_data(await reader.read(65536))
+                elif isinstance(ev, h11.Data):
+                    yield bytes(ev.data)
+                else:  # EndOfMessage / ConnectionClosed
+                    return
+        except h11.ProtocolError:
+            return
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    resp = StreamingResponse(body_iter(), status_code=event.status_code)
+    resp.raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in out_headers]
+    return resp

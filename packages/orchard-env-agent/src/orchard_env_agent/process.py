@@ -1,0 +1,219 @@
+"""Spawning commands and waiting for them with rusage, off asyncio's child watcher.
+
+Each child gets a pidfd watched by the loop; when it becomes readable the child is reaped
+with ``wait4`` (which gives rusage). When the agent is PID 1 it also reaps orphans on
+SIGCHLD, peeking with ``WNOWAIT`` so that tracked children keep their status for us.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import signal
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ExitInfo:
+    returncode: int | None  # None when killed by a signal
+    signal: int | None
+    usage: dict[str, float | int]
+
+
+def _exit_info(status: int, ru: resource.struct_rusage) -> ExitInfo:
+    usage: dict[str, float | int] = {
+        "cpu_user_s": round(ru.ru_utime, 6),
+        "cpu_system_s": round(ru.ru_stime, 6),
+        "max_rss_bytes": int(ru.ru_maxrss) * 1024,
+    }
+    if os.WIFSIGNALED(status):
+        return ExitInfo(None, os.WTERMSIG(status), usage)
+    return ExitInfo(os.waitstatus_to_exitcode(status), None, usage)
+
+
+class Reaper:
+    """Tracks our children; reaps them (and, as PID 1, orphans) with wait4."""
+
+    def __init__(self) -> None:
+        self._tracked: dict[int, Callable[[ExitInfo], None]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        if os.getpid() == 1:
+            loop.add_signal_handler(signal.SIGCHLD, self._reap_all)
+
+    def track(self, pid: int, callback: Callable[[ExitInfo], None]) -> None:
+        loop = self._loop or asyncio.get_running_loop()
+        self._tracked[pid] = callback
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:  # already gone and reaped elsewhere? poll it once
+            loop.call_soon(self._try_reap, pid)
+            return
+
+        def on_ready() -> None:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+            self._try_reap(pid)
+
+        loop.add_reader(pidfd, on_ready)
+
+    def _try_reap(self, pid: int) -> None:
+        if pid not in self._tracked:
+            return
+        try:
+            got, status, ru = os.wait4(pid, os.WNOHANG)
+        except ChildProcessError:
+            got, status, ru = pid, 0, resource.getrusage(resource.RUSAGE_SELF)
+            status = 255 << 8
+        if got == 0:  # spurious wake-up; the pidfd fired before it is waitable
+            assert self._loop is not None
+            self._loop.call_later(0.001, self._try_reap, pid)
+            return
+        callback = self._tracked.pop(pid)
+        callback(_exit_info(status, ru))
+
+    def _reap_all(self) -> None:
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid == 0:
+                return
+            pid = info.si_pid
+            if pid in self._tracked:
+                self._try_reap(pid)
+            else:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+
+
+REAPER = Reaper()
+
+
+@dataclass
+class Spawned:
+    pid: int
+    popen: subprocess.Popen[bytes]
+    exited: asyncio.Future[ExitInfo]
+    closed: list[int] = field(default_factory=list)
+
+    def kill_group(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    cwd: str | None,
+    env: dict[str, str],
+    stdin: bytes | None,
+    on_stdout: Callable[[bytes], None],
+    on_stderr: Callable[[bytes], None],
+) -> Spawned:
+    """Start argv in its own session; output goes to the callbacks, EOF flushes them.
+
+    Raises FileNotFoundError / PermissionError / OSError from exec as Popen does.
+    """
+    loop = asyncio.get_running_loop()
+    popen = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        close_fds=True,
+    )
+    exited: asyncio.Future[ExitInfo] = loop.create_future()
+    proc = Spawned(popen.pid, popen, exited)
+    assert popen.stdout is not None and popen.stderr is not None
+    readers: list[tuple[int, Callable[[bytes], None]]] = []
+    for pipe, cb in ((popen.stdout, on_stdout), (popen.stderr, on_stderr)):
+        fd = os.dup(pipe.fileno())
+        pipe.close()
+        os.set_blocking(fd, False)
+        readers.append((fd, cb))
+    open_fds = {fd for fd, _ in readers}
+
+    def close_reader(fd: int) -> None:
+        if fd in open_fds:
+            open_fds.discard(fd)
+            loop.remove_reader(fd)
+            os.close(fd)
+
+    def drain(fd: int, cb: Callable[[bytes], None]) -> None:
+        while fd in open_fds:
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                close_reader(fd)
+                return
+            cb(data)
+            if len(data) < 65536:
+                return
+
+    for fd, cb in readers:
+        loop.add_reader(fd, drain, fd, cb)
+
+    if stdin:
+        assert popen.stdin is not None
+        wfd = os.dup(popen.stdin.fileno())
+        popen.stdin.close()
+        os.set_blocking(wfd, False)
+        pending = memoryview(stdin)
+        state = {"open": True}
+
+        def close_writer() -> None:
+            if state["open"]:
+                state["open"] = False
+                loop.remove_writer(wfd)
+                os.close(wfd)
+
+        def pump() -> None:
+            nonlocal pending
+            try:
+                while pending:
+                    n = os.write(wfd, pending)
+                    pending = pending[n:]
+            except BlockingIOError:
+                return
+            except OSError:  # EPIPE: the child closed its stdin
+                pass
+            close_writer()
+
+        loop.add_writer(wfd, pump)
+        pump()
+        exited.add_done_callback(lambda _: close_writer())
+
+    def on_exit(info: ExitInfo) -> None:
+        popen.returncode = info.returncode if info.returncode is not None else -1
+        # Output written before the exit is already in the pipes: read it all now. Pipes
+        # still held open by background children are closed (their later output is lost).
+        for fd, cb in readers:
+            while fd in open_fds:
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:  # BlockingIOError included: nothing more right now
+                    data = b""
+                if data:
+                    cb(data)
+                else:
+                    close_reader(fd)
+        if not exited.done():
+            exited.set_result(info)
+
+    REAPER.track(popen.pid, on_exit)
+    return proc

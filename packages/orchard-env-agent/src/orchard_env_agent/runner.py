@@ -1,0 +1,134 @@
+"""Starting a command as a job inside a sandbox context."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import time
+
+from .context import DEFAULT_PATH, SandboxContext
+from .jobs import Job
+from .process import ExitInfo, spawn
+
+DEFAULT_TIMEOUT = 300.0
+
+
+def build_argv(ctx: SandboxContext, command: str | list[str], login_shell: bool) -> list[str]:
+    if isinstance(command, list):
+        return list(command)
+    shell = "bash" if ctx.has_bash else "sh"
+    return [shell, "-lc" if login_shell else "-c", command]
+
+
+def nsenter_prefix(holder_pid: int, cwd: str) -> list[str]:
+    # util-linux 2.38 opens -w's directory *before* entering the namespaces, so it is given
+    # through the holder's root (/proc/PID/root/...) to land in the sandbox's filesystem.
+    wd = f"/proc/{holder_pid}/root" + (cwd if cwd.startswith("/") else "/" + cwd)
+    return ["nsenter", "-t", str(holder_pid), "-m", "-u", "-i", "-n", "-p", "-r", f"-w{wd}", "--"]
+
+
+def _fail(job: Job, ctx: SandboxContext, exit_code: int | None, error: str) -> Job:
+    job.status = "failed"
+    job.exit_code = exit_code
+    job.error = error
+    job.started_at = job.started_at or time.time()
+    if exit_code == 127:
+        job.feed("stderr", (error + "\n").encode())
+    job.finish()
+    ctx.jobs.mark_finished(job)
+    return job
+
+
+def start_job(
+    ctx: SandboxContext,
+    command: str | list[str],
+    *,
+    cap: int,
+    timeout: float | None = None,
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    login_shell: bool = False,
+    stdin: str | None = None,
+    listen: asyncio.Queue[tuple[str, str] | None] | None = None,
+) -> Job:
+    job = ctx.jobs.new(command, cap)
+    if listen is not None:
+        job.listeners.append(listen)
+    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+    full_env = dict(ctx.env)
+    if env:
+        full_env.update(env)
+    full_env.setdefault("PATH", DEFAULT_PATH)
+    workdir = cwd or ctx.workdir or "/"
+    if not workdir.startswith("/"):
+        workdir = os.path.join(ctx.workdir or "/", workdir)
+    argv = build_argv(ctx, command, login_shell)
+    if not argv:
+        return _fail(job, ctx, None, "empty command")
+    if ctx.holder_pid is not None:
+        probe = f"/proc/{ctx.holder_pid}/root{workdir}"
+        popen_cwd = None
+        argv = nsenter_prefix(ctx.holder_pid, workdir) + argv
+    else:
+        probe = workdir
+        popen_cwd = workdir
+    if not os.path.isdir(probe):
+        return _fail(job, ctx, None, f"cwd {workdir!r} is not a directory in the sandbox")
+    loop = asyncio.get_running_loop()
+    try:
+        proc = spawn(
+            argv,
+            cwd=popen_cwd,
+            env=full_env,
+            stdin=stdin.encode() if stdin else None,
+            on_stdout=lambda b: job.feed("stdout", b),
+            on_stderr=lambda b: job.feed("stderr", b),
+        )
+    except FileNotFoundError:
+        return _fail(job, ctx, 127, f"{shlex.quote(argv[0])}: command not found")
+    except PermissionError:
+        return _fail(job, ctx, 126, f"{shlex.quote(argv[0])}: permission denied")
+    except OSError as exc:
+        return _fail(job, ctx, None, f"could not start the command: {exc}")
+    job.proc = proc
+    job.status = "running"
+    job.started_at = time.time()
+
+    def on_timeout() -> None:
+        if not job.finished:
+            job.timed_out = True
+            proc.kill_group()
+
+    timer = loop.call_later(timeout, on_timeout) if timeout > 0 else None
+
+    def on_exit(fut: asyncio.Future[ExitInfo]) -> None:
+        if timer is not None:
+            timer.cancel()
+        info = fut.result()
+        job.usage = info.usage
+        job.exit_code = info.returncode
+        if job.timed_out:
+            job.status, job.exit_code = "failed", None
+            job.error = f"timed out after {timeout:g}s; the process group was killed"
+        elif job.cancelled:
+            job.status, job.exit_code = "failed", None
+            job.error = "cancelled; the process group was killed"
+        elif info.signal is not None:
+            job.status = "failed"
+            job.error = f"killed by signal {info.signal}"
+        elif info.returncode == 0:
+            job.status = "succeeded"
+        else:
+            job.status = "failed"
+        job.finish()
+        ctx.jobs.mark_finished(job)
+
+    proc.exited.add_done_callback(on_exit)
+    return job
+
+
+def cancel_job(job: Job) -> None:
+    if not job.finished:
+        job.cancelled = True
+        job.kill()

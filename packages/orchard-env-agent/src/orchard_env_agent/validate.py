@@ -1,0 +1,117 @@
+"""Small request-body validation: exact field sets and types, 422 on anything else."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from .errors import invalid
+
+Check = Callable[[Any], bool]
+
+
+def is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def is_bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and v == v and v >= 0
+
+
+def is_str_map(v: Any) -> bool:
+    return isinstance(v, dict) and all(
+        isinstance(k, str) and isinstance(x, str) for k, x in v.items()
+    )
+
+
+def is_command(v: Any) -> bool:
+    if isinstance(v, str):
+        return bool(v)
+    return isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v)
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise invalid(f"body is not valid JSON: {exc}") from None
+
+
+def check_body(
+    raw: bytes, fields: dict[str, tuple[Check, str]], required: set[str]
+) -> dict[str, Any]:
+    """fields: name → (check, description). null means "use the default" (dropped)."""
+    body = parse_json(raw)
+    if not isinstance(body, dict):
+        raise invalid("body must be a JSON object")
+    unknown = sorted(set(body) - set(fields))
+    if unknown:
+        raise invalid(f"unknown field(s): {', '.join(unknown)}")
+    out: dict[str, Any] = {}
+    for name, value in body.items():
+        if value is None:
+            continue
+        check, desc = fields[name]
+        if not check(value):
+            raise invalid(f"field {name!r} must be {desc}")
+        out[name] = value
+    missing = sorted(required - set(out))
+    if missing:
+        raise invalid(f"missing required field(s): {', '.join(missing)}")
+    return out
+
+
+EXEC_FIELDS: dict[str, tuple[Check, str]] = {
+    "command": (is_command, "a non-empty string or a non-empty list of strings"),
+    "timeout_seconds": (is_number, "a non-negative number"),
+    "cwd": (is_str, "a string"),
+    "env": (is_str_map, "an object of strings"),
+    "login_shell": (is_bool, "a boolean"),
+    "wait": (is_bool, "a boolean"),
+    "stdin": (is_str, "a string"),
+}
+
+PATCH_FIELDS: dict[str, tuple[Check, str]] = {
+    "patch": (is_str, "a string"),
+    "timeout_seconds": (is_number, "a non-negative number"),
+}
+
+FILE_FIELDS: dict[str, tuple[Check, str]] = {
+    "path": (is_str, "a string"),
+    "content": (is_str, "a base64 string"),
+}
+
+
+def is_mounts(v: Any) -> bool:
+    if not isinstance(v, list):
+        return False
+    for m in v:
+        if not isinstance(m, dict) or set(m) - {"path", "host_path", "writable"}:
+            return False
+        if not is_str(m.get("path")) or not is_str(m.get("host_path")):
+            return False
+        if "writable" in m and not is_bool(m["writable"]):
+            return False
+    return True
+
+
+REGISTER_FIELDS: dict[str, tuple[Check, str]] = {
+    "sandbox_id": (
+        lambda v: is_str(v) and bool(v) and "." not in v,
+        "a non-empty string without '.'",
+    ),
+    "token": (lambda v: is_str(v) and bool(v), "a non-empty string"),
+    "env": (is_str_map, "an object of strings"),
+    "workdir": (is_str, "a string"),
+    "holder_pid": (lambda v: is_int(v) and v > 0, "a positive integer"),
+    "mounts": (is_mounts, "a list of {path, host_path, writable}"),
+}

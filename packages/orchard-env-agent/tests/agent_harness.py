@@ -1,0 +1,107 @@
+"""Helpers that start the real agent as a subprocess (single and multi mode)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+
+@dataclass
+class Agent:
+    proc: subprocess.Popen[bytes]
+    base_url: str
+    token: str
+    workdir: Path
+    sandbox_id: str
+    client: httpx.Client
+    admin_token: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        h = {"Authorization": f"Bearer {self.token}"}
+        if self.admin_token:
+            h["X-Orchard-Sandbox"] = self.sandbox_id
+        return h
+
+    def exec(self, command: object, **kw: object) -> dict:
+        body = {"command": command, "wait": True, **kw}
+        r = self.client.post("/exec", json=body, headers=self.headers())
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def admin(self, method: str, path: str, **kw: object) -> httpx.Response:
+        return self.client.request(
+            method, path, headers={"Authorization": f"Bearer {self.admin_token}"}, **kw
+        )
+
+
+def start_agent(tmp: Path, *, multi: bool, extra: list[str] | None = None) -> Agent:
+    tmp.mkdir(parents=True, exist_ok=True)
+    port_file = tmp / "port"
+    workdir = tmp / "work"
+    workdir.mkdir(exist_ok=True)
+    token = secrets.token_hex(8)
+    env = dict(os.environ)
+    args = [sys.executable, "-m", "orchard_env_agent", "--port", "0", "--port-file", str(port_file)]
+    admin_token = None
+    if multi:
+        admin_token = secrets.token_hex(8)
+        (tmp / "admin").write_text(admin_token)
+        args += ["--multi", "--admin-token-file", str(tmp / "admin")]
+    else:
+        env.update(
+            ORCHARD_SANDBOX_ID="sb-single", ORCHARD_AGENT_TOKEN=token, ORCHARD_WORKDIR=str(workdir)
+        )
+    args += extra or []
+    log = open(tmp / "agent.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(args, env=env, stdout=log, stderr=log, cwd=str(workdir))
+    deadline = time.monotonic() + 15
+    while not port_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError((tmp / "agent.log").read_text())
+        time.sleep(0.02)
+    base = f"http://127.0.0.1:{int(port_file.read_text())}"
+    client = httpx.Client(base_url=base, timeout=60)
+    while True:
+        try:
+            client.get("/health")
+            break
+        except httpx.TransportError:
+            time.sleep(0.02)
+    agent = Agent(proc, base, token, workdir, "sb-single", client, admin_token)
+    if multi:
+        agent.sandbox_id = "sb-multi"
+        r = agent.admin(
+            "POST",
+            "/_admin/sandboxes",
+            json={
+                "sandbox_id": "sb-multi",
+                "token": token,
+                "env": {"PATH": os.environ["PATH"], "HOME": str(workdir)},
+                "workdir": str(workdir),
+                "holder_pid": None,
+                "mounts": [
+                    {"path": "/workspace", "host_path": str(workdir), "writable": True},
+                    {"path": "/ro", "host_path": str(tmp), "writable": False},
+                    {"path": str(workdir), "host_path": str(workdir), "writable": True},
+                ],
+            },
+        )
+        assert r.status_code == 201, r.text
+    return agent
+
+
+def stop_agent(agent: Agent) -> None:
+    agent.client.close()
+    agent.proc.terminate()
+    try:
+        agent.proc.wait(10)
+    except subprocess.TimeoutExpired:
+        agent.proc.kill()
+        agent.proc.wait()

@@ -1,0 +1,31 @@
+"""Fixtures that start the real agent as a subprocess (single and multi mode)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from agent_harness import Agent, start_agent, stop_agent
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
+    agent = start_agent(
+        tmp_path_factory.mktemp("single"),
+        multi=False,
+        extra=["--max-output-bytes", "4096", "--max-upload-bytes", str(30 << 20)],
+    )
+    yield agent
+    stop_agent(agent)
+
+
+@pytest.fixture(scope="module")
+def multi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
+    agent = start_agent(tmp_path_factory.mktemp("multi"), multi=True)
+    yield agent
+    stop_agent(agent)

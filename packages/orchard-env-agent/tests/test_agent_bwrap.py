@@ -1,0 +1,136 @@
+"""A real bubblewrap holder: exec through nsenter, files via mounts, ports via setns."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from agent_harness import Agent
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        not shutil.which("bwrap") or os.geteuid() != 0, reason="needs bwrap and root"
+    ),
+]
+
+SKIP = {"proc", "dev", "sys", "tmp", "workspace"}
+
+
+def _start_holder(ws: Path) -> tuple[subprocess.Popen[bytes], int]:
+    args = ["bwrap", "--tmpfs", "/"]
+    for entry in sorted(os.listdir("/")):
+        if entry in SKIP:
+            continue
+        path = f"/{entry}"
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    info = ws.parent / "bwrap-info.json"
+    fh = open(info, "wb")  # noqa: SIM115
+    w = fh.fileno()
+    args += [
+        "--bind",
+        str(ws),
+        "/workspace",
+        "--tmpfs",
+        "/tmp",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--unshare-all",
+        "--info-fd",
+        str(w),
+        "/bin/sh",
+        "-c",
+        "while sleep 86400; do :; done",
+    ]
+    proc = subprocess.Popen(args, pass_fds=(w,), stdin=subprocess.DEVNULL)
+    fh.close()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            data = json.loads(info.read_text())
+            break
+        except ValueError:
+            assert time.monotonic() < deadline and proc.poll() is None, "bwrap did not start"
+            time.sleep(0.02)
+    return proc, int(data["child-pid"])
+
+
+@pytest.fixture
+def boxed(multi: Agent, tmp_path: Path) -> Iterator[Agent]:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    proc, holder = _start_holder(ws)
+    body = {
+        "sandbox_id": "boxed",
+        "token": "bt",
+        "workdir": "/workspace",
+        "holder_pid": holder,
+        "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace"},
+        "mounts": [
+            {"path": "/", "host_path": "/", "writable": False},
+            {"path": "/workspace", "host_path": str(ws), "writable": True},
+        ],
+    }
+    assert multi.admin("POST", "/_admin/sandboxes", json=body).status_code == 201
+    yield Agent(multi.proc, multi.base_url, "bt", ws, "boxed", multi.client, multi.admin_token)
+    multi.admin("DELETE", "/_admin/sandboxes/boxed")
+    os.kill(holder, 9)  # the namespace's pid 1: everything inside goes with it
+    proc.kill()
+    proc.wait()
+
+
+def test_bwrap_exec_files_ports(boxed: Agent) -> None:
+    j = boxed.exec("pwd; echo $$; ls /; touch /workspace/made-inside; hostname")
+    assert j["status"] == "succeeded", (j["stdout"], j["stderr"], j["error"])
+    lines = j["stdout"].splitlines()
+    assert lines[0] == "/workspace"
+    assert int(lines[1]) < 100  # its own pid namespace
+    assert (boxed.workdir / "made-inside").exists()
+    j = boxed.exec(["cat", "/proc/net/dev"])
+    assert "eth0" not in j["stdout"]  # its own (empty) network namespace
+    j = boxed.exec(["no-such-binary"])
+    assert j["exit_code"] == 127
+    j = boxed.exec("sleep 30 & sleep 30", timeout_seconds=0.5)
+    assert j["timed_out"] is True and j["exit_code"] is None
+    h = boxed.headers()
+    content = base64.b64encode(b"via mount").decode()
+    r = boxed.client.post("/files", json={"path": "note.txt", "content": content}, headers=h)
+    assert r.status_code == 200
+    assert boxed.exec(["cat", "note.txt"])["stdout"] == "via mount"
+    # a server inside the sandbox's network namespace, reached through the agent
+    (boxed.workdir / "hi.txt").write_text("hello from the box")
+    port = 18765
+    job = boxed.client.post(
+        "/exec",
+        headers=h,
+        json={
+            "command": f"exec python3 -m http.server {port} --bind 127.0.0.1",
+            "timeout_seconds": 60,
+        },
+    ).json()
+    try:
+        for _ in range(100):
+            r = boxed.client.get(f"/ports/{port}/hi.txt", headers=h)
+            if r.status_code != 502:
+                break
+            time.sleep(0.05)
+        assert r.status_code == 200 and r.text == "hello from the box"
+    finally:
+        boxed.client.post(f"/jobs/{job['job_id']}/cancel", headers=h)
+    # and the host side cannot see it
+    import socket
+
+    with socket.socket() as s, pytest.raises(OSError):
+        s.connect(("127.0.0.1", port))
