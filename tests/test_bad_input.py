@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -99,8 +101,19 @@ def test_an_oversized_upload_is_413_and_writes_nothing(backend, tmp_path):
 
         response = httpx.put(url, params={"path": "/workspace/big2"}, content=chunks())
         assert response.status_code == 413
-        listing = httpx.get(f"{srv.url}/sandboxes/{sid}/files/list", params={"path": "/workspace"})
-        assert listing.json()["files"] == []
+        # The refused target never appears; the agent drops its temp file as the aborted
+        # stream reaches it, a moment after the orchestrator answered 413.
+        deadline = time.monotonic() + 5
+        while True:
+            listing = httpx.get(
+                f"{srv.url}/sandboxes/{sid}/files/list", params={"path": "/workspace"}
+            )
+            names = [f["name"] for f in listing.json()["files"]]
+            assert "big" not in names and "big2" not in names
+            if not names or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert names == []
     finally:
         srv.stop()
 
