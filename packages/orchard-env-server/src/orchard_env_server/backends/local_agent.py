@@ -130,7 +130,8 @@ class LocalAgent:
         """Stop the agent process for good (its sandboxes must be deleted first)."""
         if self.pid is not None:
             await asyncio.to_thread(kill_and_wait, self.pid, self._started)
-        self._state_file.unlink(missing_ok=True)
+        for name in ("agent.json", "agent.admin-token", "agent.port"):
+            (self._state_dir / name).unlink(missing_ok=True)
 
     async def aclose(self) -> None:
         with contextlib.suppress(Exception):
