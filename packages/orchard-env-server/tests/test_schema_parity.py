@@ -15,12 +15,17 @@ pytestmark = pytest.mark.fast
 PAIRS = {
     "CreateSandboxRequest": "CreateSandboxRequest",
     "ExecRequest": "ExecRequest",
-    "ApplyPatchRequest": None,  # the client sends it inline from apply_patch(patch, timeout)
+    "ApplyPatchRequest": "ApplyPatchRequest",
+    "WriteFileRequest": "WriteFileRequest",
     "SandboxInfo": "Sandbox",
     "JobInfo": "Job",
     "Usage": "Usage",
     "PatchResult": "PatchResult",
     "FileEntry": "FileInfo",
+    "FileList": "FileList",
+    "WriteFileResult": "WriteFileResult",
+    "DeleteResult": "DeleteResult",
+    "Health": "Health",
 }
 
 
