@@ -23,6 +23,12 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated KEY or TENANT:KEY (default: $ORCHARD_ENV_API_KEYS; none = auth off)",
     )
     serve.add_argument("--state-dir", type=Path, default=None, help="where sandboxes live")
+    serve.add_argument(
+        "--isolation",
+        default=None,
+        choices=["auto", "bubblewrap", "none"],
+        help="local backend: bubblewrap when it works (auto, the default), always, or never",
+    )
     serve.add_argument("--max-inflight", type=int, default=None, help="503 beyond this many")
     serve.add_argument("--max-output-bytes", type=int, default=None, help="per stream, per job")
     serve.add_argument("--max-upload-bytes", type=int, default=None)
@@ -58,6 +64,7 @@ def serve(args: argparse.Namespace) -> int:
         "port": args.port,
         "backend": args.backend,
         "state_dir": args.state_dir,
+        "isolation": args.isolation,
         "max_inflight": args.max_inflight,
         "max_output_bytes": args.max_output_bytes,
         "max_upload_bytes": args.max_upload_bytes,

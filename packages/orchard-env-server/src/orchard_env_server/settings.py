@@ -39,6 +39,7 @@ class Settings:
     """Everything the service needs to know at start."""
 
     backend: str = "local"
+    isolation: str = "auto"  # local backend: auto | bubblewrap (required) | none
     host: str = "127.0.0.1"
     port: int = 8000
     api_keys: dict[str, str] = attrs.Factory(dict)

@@ -53,7 +53,13 @@ class LocalBackend:
         for d in (self._sandboxes, self._images, self._empty):
             d.mkdir(parents=True, exist_ok=True)
         self._state.chmod(0o700)
-        self.isolated, self._why_not = await asyncio.to_thread(bwrap_usable)
+        mode = self._settings.isolation
+        if mode == "none":
+            self.isolated, self._why_not = False, "isolation turned off (--isolation none)"
+        else:
+            self.isolated, self._why_not = await asyncio.to_thread(bwrap_usable)
+            if mode == "bubblewrap" and not self.isolated:
+                raise BackendError(f"--isolation bubblewrap: {self._why_not}")
         if not self.isolated:
             log.warning(
                 "local backend runs UNISOLATED: %s. Commands share the host's filesystem, "
