@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 import types
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
 
@@ -175,17 +176,23 @@ class AsyncSandboxClient:
         with contextlib.suppress(Exception):
             await self.delete_sandbox(sandbox_id)
 
-    async def _wait_sandbox(self, sandbox_id: str, timeout: float) -> models.Sandbox:
-        """Loop ``GET /sandboxes/{id}/wait`` in slices until ready/failed or ``timeout``."""
-        deadline = time.monotonic() + timeout
-        path = f"/sandboxes/{quote(sandbox_id)}/wait"
+    async def _wait_slices(
+        self, path: str, deadline: float | None, on_deadline: SandboxTimeout
+    ) -> AsyncIterator[Any]:
+        """Yield answers of the server-side wait ``path``, asked in slices of ``WAIT_SLICE``.
+
+        A slice that runs out on the server (408) just starts the next one; past
+        ``deadline`` (None: never) ``on_deadline`` is raised.
+        """
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise SandboxTimeout(f"sandbox {sandbox_id} not ready after {timeout:g}s")
-            wait_s = min(WAIT_SLICE, remaining)
+            wait_s = WAIT_SLICE
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise on_deadline
+                wait_s = min(WAIT_SLICE, remaining)
             try:
-                data = await self._http.json(
+                yield await self._http.json(
                     "GET",
                     path,
                     params={"timeout": round(wait_s, 3)},
@@ -194,39 +201,31 @@ class AsyncSandboxClient:
                 )
             except SandboxTimeout:
                 continue
+
+    async def _wait_sandbox(self, sandbox_id: str, timeout: float) -> models.Sandbox:
+        """Wait server-side until the sandbox is ready (or failed), at most ``timeout``."""
+        path = f"/sandboxes/{quote(sandbox_id)}/wait"
+        late = SandboxTimeout(f"sandbox {sandbox_id} not ready after {timeout:g}s")
+        async for data in self._wait_slices(path, time.monotonic() + timeout, late):
             info = models.Sandbox.from_json(data)
             if info.status == "ready":
                 return info
-            if info.status == "pending":  # the server answered early: do not spin
-                await asyncio.sleep(0.2)
             if info.status in ("failed", "terminated"):
                 raise SandboxFailed(
                     info.error or f"sandbox {sandbox_id} is {info.status}",
                     sandbox=info,
                     code=f"sandbox_{info.status}",
                 )
+            await asyncio.sleep(0.2)  # the server answered early: do not spin
+        raise AssertionError("unreachable")
 
     async def _wait_job(self, job_id: str, deadline: float | None) -> models.Job:
-        """Loop ``GET /jobs/{id}/wait`` in slices until the job ends or ``deadline`` passes."""
+        """Wait server-side until the job ends, or ``deadline`` passes."""
         path = f"/jobs/{quote(job_id)}/wait"
-        while True:
-            wait_s = WAIT_SLICE
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise SandboxTimeout(f"job {job_id} still running", code="job_wait_timeout")
-                wait_s = min(WAIT_SLICE, remaining)
-            try:
-                data = await self._http.json(
-                    "GET",
-                    path,
-                    params={"timeout": round(wait_s, 3)},
-                    idempotent=True,
-                    timeout=wait_s + 10,
-                )
-            except SandboxTimeout:
-                continue
+        late = SandboxTimeout(f"job {job_id} still running", code="job_wait_timeout")
+        async for data in self._wait_slices(path, deadline, late):
             job = models.Job.from_json(data)
             if job.done:
                 return job
             await asyncio.sleep(0.1)  # the server answered early: do not spin
+        raise AssertionError("unreachable")
