@@ -64,3 +64,11 @@ def test_tenants_cannot_see_or_touch_each_others_sandboxes_or_jobs(keyed_server)
                                      json={"command": "true"})  # fmt: skip
             assert response.status_code == 404, (path, response.text)
         assert sbx.exec("echo mine").stdout == "mine\n"
+
+
+def test_keys_and_tokens_never_reach_a_sandbox(keyed_server):
+    with SandboxClient(base_url=keyed_server.url, api_key="key-a") as alice:
+        sbx = alice.create_sandbox("host")
+        seen = sbx.exec("env; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'").stdout
+        assert "key-a" not in seen and "key-b" not in seen
+        assert "ORCHARD_AGENT" not in seen and "ORCHARD_ENV_API_KEYS" not in seen

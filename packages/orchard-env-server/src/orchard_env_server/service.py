@@ -210,7 +210,6 @@ class SandboxService:
                 if dead:
                     log.warning("sandbox %s died: %s", record.sandbox_id, dead)
                     await self._destroy(record, "failed", dead)
-                    record.status, record.error = "failed", dead
 
     async def _forget(self, record: SandboxRecord) -> None:
         with contextlib.suppress(ApiError):

@@ -18,6 +18,7 @@ import attrs
 # Top-level entries the sandbox gets fresh (or not at all) instead of the root's own.
 _NOT_BOUND = {"proc", "dev", "sys", "tmp", "workspace"}
 _HOLDER_COMMAND = ["/bin/sh", "-c", "while sleep 86400; do :; done"]
+_HOLDER_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
 def bwrap_path() -> str | None:
@@ -77,7 +78,7 @@ def holder_argv(spec: HolderSpec, info_fd: int) -> list[str]:
     for mask in spec.masks:
         if (spec.root / mask.lstrip("/")).is_dir():
             argv += ["--tmpfs", mask]
-    argv += ["--unshare-all"]
+    argv += ["--clearenv", "--setenv", "PATH", _HOLDER_ENV["PATH"], "--unshare-all"]
     if not spec.block_network:
         argv += ["--share-net"]
     argv += ["--hostname", spec.sandbox_id[:63], "--info-fd", str(info_fd), "--"]
@@ -95,6 +96,7 @@ def start_holder(spec: HolderSpec) -> Holder:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            env=_HOLDER_ENV,  # the holder is the sandbox's pid 1: /proc/1/environ is readable
         )
     finally:
         os.close(write_fd)
