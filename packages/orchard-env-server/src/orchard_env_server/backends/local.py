@@ -16,6 +16,7 @@ import os
 import secrets
 import shutil
 import tarfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,9 @@ class LocalBackend:
         self.isolated, self._why_not = False, ""
         self._agent = LocalAgent(self._state, settings.max_output_bytes, settings.max_upload_bytes)
         self._registered: set[str] = set()
+        # Holder starts block on bwrap's setup (~10 ms each); the default pool of a few
+        # threads would queue a burst of creates behind each other.
+        self._spawner = ThreadPoolExecutor(max_workers=32, thread_name_prefix="orchard-holder")
 
     # -- start / stop ---------------------------------------------------------------
     async def start(self) -> list[SandboxRecord]:
@@ -105,6 +109,7 @@ class LocalBackend:
                     await self.delete(record)
             await self._agent.stop()
         await self._agent.aclose()
+        self._spawner.shutdown(wait=False)
 
     # -- create / ready / delete ----------------------------------------------------
     async def create(self, record: SandboxRecord) -> None:
@@ -128,7 +133,8 @@ class LocalBackend:
                 masks=[str(self._state)] if root == Path("/") else [],
             )
             try:
-                holder = await asyncio.to_thread(start_holder, spec)
+                loop = asyncio.get_running_loop()
+                holder = await loop.run_in_executor(self._spawner, start_holder, spec)
             except (OSError, RuntimeError) as exc:
                 raise BackendError(str(exc)) from exc
             state.update(
