@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,3 +107,29 @@ def stop_agent(agent: Agent) -> None:
     except subprocess.TimeoutExpired:
         agent.proc.kill()
         agent.proc.wait()
+
+
+@contextlib.contextmanager
+def http_server_inside(
+    agent: Agent, port: int, path: str, directory: str = "."
+) -> Iterator[httpx.Response]:
+    """Run ``python3 -m http.server`` inside the sandbox; yield the first answer for ``path``
+    reached through ``/ports`` (the server is killed on exit)."""
+    h = agent.headers()
+    job = agent.client.post(
+        "/exec",
+        headers=h,
+        json={
+            "command": f"exec python3 -m http.server {port} --bind 127.0.0.1 --directory {directory}",
+            "timeout_seconds": 60,
+        },
+    ).json()
+    try:
+        for _ in range(100):
+            r = agent.client.get(f"/ports/{port}{path}", params={"q": "1"}, headers=h)
+            if r.status_code != 502:
+                break
+            time.sleep(0.05)
+        yield r
+    finally:
+        agent.client.post(f"/jobs/{job['job_id']}/cancel", headers=h)

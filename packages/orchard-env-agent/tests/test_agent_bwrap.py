@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_harness import Agent
+from agent_harness import Agent, http_server_inside
 
 pytestmark = [
     pytest.mark.integration,
@@ -112,23 +112,8 @@ def test_bwrap_exec_files_ports(boxed: Agent) -> None:
     # a server inside the sandbox's network namespace, reached through the agent
     (boxed.workdir / "hi.txt").write_text("hello from the box")
     port = 18765
-    job = boxed.client.post(
-        "/exec",
-        headers=h,
-        json={
-            "command": f"exec python3 -m http.server {port} --bind 127.0.0.1",
-            "timeout_seconds": 60,
-        },
-    ).json()
-    try:
-        for _ in range(100):
-            r = boxed.client.get(f"/ports/{port}/hi.txt", headers=h)
-            if r.status_code != 502:
-                break
-            time.sleep(0.05)
+    with http_server_inside(boxed, port, "/hi.txt") as r:
         assert r.status_code == 200 and r.text == "hello from the box"
-    finally:
-        boxed.client.post(f"/jobs/{job['job_id']}/cancel", headers=h)
     # and the host side cannot see it
     import socket
 

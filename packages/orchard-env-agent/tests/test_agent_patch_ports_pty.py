@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from agent_harness import Agent
+from agent_harness import Agent, http_server_inside
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
@@ -131,25 +131,10 @@ def test_ports(single: Agent) -> None:
     (single.workdir / "served" / "hello.txt").write_text("hello from inside")
     r = single.client.get(f"/ports/{port}/hello.txt", headers=h)
     assert r.status_code == 502 and r.json()["code"] == "port_not_listening"
-    job = single.client.post(
-        "/exec",
-        headers=h,
-        json={
-            "command": f"exec python3 -m http.server {port} --bind 127.0.0.1 --directory served",
-            "timeout_seconds": 60,
-        },
-    ).json()
-    try:
-        for _ in range(100):
-            r = single.client.get(f"/ports/{port}/hello.txt", params={"q": "1"}, headers=h)
-            if r.status_code != 502:
-                break
-            time.sleep(0.05)
+    with http_server_inside(single, port, "/hello.txt", directory="served") as r:
         assert r.status_code == 200 and r.text == "hello from inside"
         r = single.client.get(f"/ports/{port}/missing", headers=h)
         assert r.status_code == 404
-    finally:
-        single.client.post(f"/jobs/{job['job_id']}/cancel", headers=h)
 
 
 def test_pty_echo(single: Agent) -> None:
