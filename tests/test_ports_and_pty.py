@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 import httpx
 import pytest
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from orchard_env_client import SandboxClient
@@ -34,6 +36,41 @@ def test_an_http_server_inside_a_network_blocked_sandbox_is_reachable(server, sa
     assert response.status_code == 200 and response.text == "<h1>inside</h1>"
     missing = httpx.get(f"{server.url}/sandboxes/{sandbox.sandbox_id}/ports/8123/nope")
     assert missing.status_code == 404  # the sandboxed server's own answer passes through
+
+
+ECHO_SERVER = """
+import asyncio, websockets
+
+async def echo(ws):
+    async for message in ws:
+        await ws.send(message)
+
+async def main():
+    async with websockets.serve(echo, "127.0.0.1", 8124):
+        await asyncio.Future()
+
+asyncio.run(main())
+"""
+
+
+def test_a_websocket_server_inside_the_sandbox_is_reachable(server, sandbox):
+    sandbox.upload_content("/workspace/echo_ws.py", ECHO_SERVER)
+    # The test's own interpreter has `websockets`; the host root is visible read-only inside.
+    sandbox.start([sys.executable, "/workspace/echo_ws.py"])
+    url = server.url.replace("http://", "ws://") + f"/sandboxes/{sandbox.sandbox_id}/ports/8124/"
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with connect(url, open_timeout=5) as ws:
+                ws.send("ping")
+                assert ws.recv(timeout=5) == "ping"
+                ws.send(b"\x00\x01binary")
+                assert ws.recv(timeout=5) == b"\x00\x01binary"
+                return
+        except (OSError, InvalidStatus, ConnectionClosed):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def test_a_port_nobody_listens_on_is_502(server, sandbox):

@@ -221,6 +221,16 @@ class Agent:
             ctx, request, request.path_params["port"], request.path_params.get("path", "")
         )
 
+    async def ports_ws(self, ws: WebSocket) -> None:
+        try:
+            ctx = self.sandbox(ws)
+        except ApiError as exc:
+            await ws.close(code=4401 if exc.status == 401 else 4404, reason=exc.detail[:120])
+            return
+        await ports.forward_websocket(
+            ctx, ws, ws.path_params["port"], ws.path_params.get("path", "")
+        )
+
     async def pty(self, ws: WebSocket) -> None:
         try:
             ctx = self.sandbox(ws)
@@ -339,6 +349,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/fs", agent.fs_get, methods=["GET"]),
         Route("/ports/{port:int}/{path:path}", agent.ports, methods=methods),
         Route("/ports/{port:int}", agent.ports, methods=methods),
+        WebSocketRoute("/ports/{port:int}/{path:path}", agent.ports_ws),
         Route("/_admin/sandboxes", agent.admin_register, methods=["POST"]),
         Route("/_admin/sandboxes", agent.admin_list, methods=["GET"]),
         Route("/_admin/sandboxes/{sandbox_id}", agent.admin_delete, methods=["DELETE"]),

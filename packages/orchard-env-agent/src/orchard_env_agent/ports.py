@@ -8,12 +8,15 @@ from collections.abc import AsyncIterator
 
 import anyio.to_thread
 import h11
+import websockets
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.websockets import WebSocket
 
 from . import netns
 from .context import SandboxContext
 from .errors import ApiError
+from .wsrelay import relay, requested_subprotocols
 
 HOP_BY_HOP = {
     "authorization",
@@ -99,3 +102,25 @@ async def forward(ctx: SandboxContext, request: Request, port: int, path: str) -
     resp = StreamingResponse(body_iter(), status_code=event.status_code)
     resp.raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in out_headers]
     return resp
+
+
+async def forward_websocket(ctx: SandboxContext, ws: WebSocket, port: int, path: str) -> None:
+    """Relay a WebSocket to ``ws://127.0.0.1:PORT/PATH`` inside the sandbox."""
+    try:
+        sock = await anyio.to_thread.run_sync(netns.connect, port, ctx.holder_pid)
+    except OSError as exc:
+        await ws.close(code=1011, reason=f"nothing listens on port {port}: {exc}"[:120])
+        return
+    sock.setblocking(False)
+    query = ws.url.query
+    uri = f"ws://127.0.0.1:{port}/{path}" + (f"?{query}" if query else "")
+    try:
+        async with websockets.connect(
+            uri, sock=sock, subprotocols=requested_subprotocols(ws),  # type: ignore[arg-type]
+            max_size=None, open_timeout=10,
+        ) as upstream:  # fmt: skip
+            await ws.accept(subprotocol=upstream.subprotocol)
+            await relay(ws, upstream)
+    except (TimeoutError, OSError, websockets.WebSocketException) as exc:
+        with contextlib.suppress(Exception):
+            await ws.close(code=1011, reason=f"port {port}: {exc}"[:120])

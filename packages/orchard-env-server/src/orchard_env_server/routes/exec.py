@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import websockets
-from fastapi import APIRouter, Depends, Query, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Depends, Query, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
+
+from orchard_env_agent.wsrelay import relay, requested_subprotocols
 
 from ..agent_client import AgentClient
 from ..auth import presented_key, tenant_for
@@ -139,6 +140,11 @@ async def apply_patch(
 @router.websocket("/sandboxes/{sandbox_id}/exec/pty")
 async def exec_pty(websocket: WebSocket, sandbox_id: str) -> None:
     """Interactive terminal: binary frames both ways, relayed to the agent's PTY."""
+    await proxy_websocket(websocket, sandbox_id, "/exec/pty")
+
+
+async def proxy_websocket(websocket: WebSocket, sandbox_id: str, agent_path: str) -> None:
+    """Authenticate, then relay a client WebSocket to the sandbox agent's ``agent_path``."""
     app = websocket.app
     try:
         tenant = tenant_for(app.state.settings.api_keys, presented_key(websocket))  # type: ignore[arg-type]
@@ -146,44 +152,16 @@ async def exec_pty(websocket: WebSocket, sandbox_id: str) -> None:
     except ApiError as exc:
         await websocket.close(code=4000 + exc.status, reason=exc.detail[:120])
         return
-    url = endpoint.base_url.replace("http://", "ws://", 1) + "/exec/pty"
+    url = endpoint.base_url.replace("http://", "ws://", 1) + agent_path
     if websocket.url.query:
         url += "?" + websocket.url.query
-    await websocket.accept()
     try:
         async with websockets.connect(
-            url, additional_headers=endpoint.headers(), max_size=None
-        ) as upstream:
-            await _pump_both(websocket, upstream)
+            url, additional_headers=endpoint.headers(), max_size=None,
+            subprotocols=requested_subprotocols(websocket),  # type: ignore[arg-type]
+        ) as upstream:  # fmt: skip
+            await websocket.accept(subprotocol=upstream.subprotocol)
+            await relay(websocket, upstream)
     except (OSError, websockets.WebSocketException) as exc:
         with contextlib.suppress(Exception):
-            await websocket.close(code=1011, reason=f"agent pty failed: {exc}"[:120])
-
-
-async def _pump_both(client: WebSocket, upstream: Any) -> None:
-    async def client_to_agent() -> None:
-        try:
-            while True:
-                message = await client.receive()
-                if message["type"] == "websocket.disconnect":
-                    return
-                data = message.get("bytes")
-                await upstream.send(data if data is not None else message.get("text", ""))
-        except WebSocketDisconnect:
-            return
-
-    async def agent_to_client() -> None:
-        with contextlib.suppress(websockets.ConnectionClosed):
-            async for frame in upstream:
-                if isinstance(frame, bytes):
-                    await client.send_bytes(frame)
-                else:
-                    await client.send_text(frame)
-        with contextlib.suppress(Exception):
-            await client.close()
-
-    tasks = [asyncio.create_task(client_to_agent()), asyncio.create_task(agent_to_client())]
-    _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    for task in pending:
-        task.cancel()
-    await upstream.close()
+            await websocket.close(code=1011, reason=f"sandbox agent: {exc}"[:120])

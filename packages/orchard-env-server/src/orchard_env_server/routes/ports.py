@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path, Request, WebSocket
 from fastapi.responses import StreamingResponse
 
 from ..agent_client import forwardable_headers
-from .exec import Agents
+from .exec import Agents, proxy_websocket
 from .sandboxes import Service, Tenant
 
 router = APIRouter(tags=["ports"])
@@ -53,3 +53,11 @@ for _method in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"):
         methods=[_method],
         operation_id=f"forward_port_{_method.lower()}",
     )
+
+
+@router.websocket("/sandboxes/{sandbox_id}/ports/{port}/{path:path}")
+async def forward_port_websocket(
+    websocket: WebSocket, sandbox_id: str, port: int, path: str
+) -> None:
+    """A WebSocket to a server inside the sandbox, relayed frame by frame via the agent."""
+    await proxy_websocket(websocket, sandbox_id, f"/ports/{port}/{path}")
