@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
+import websockets
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
@@ -55,8 +57,12 @@ asyncio.run(main())
 
 def test_a_websocket_server_inside_the_sandbox_is_reachable(server, sandbox):
     sandbox.upload_content("/workspace/echo_ws.py", ECHO_SERVER)
-    # The test's own interpreter has `websockets`; the host root is visible read-only inside.
-    sandbox.start([sys.executable, "/workspace/echo_ws.py"])
+    # The sandbox sees the host root (not the host's /tmp, where a venv may live): run the
+    # base interpreter with a copy of `websockets` in the sandbox's own workspace.
+    sandbox.upload_dir(Path(websockets.__file__).parent, "/workspace/lib/websockets")
+    sandbox.start(
+        [sys._base_executable, "/workspace/echo_ws.py"], env={"PYTHONPATH": "/workspace/lib"}
+    )
     url = server.url.replace("http://", "ws://") + f"/sandboxes/{sandbox.sandbox_id}/ports/8124/"
     deadline = time.monotonic() + 20
     while True:
