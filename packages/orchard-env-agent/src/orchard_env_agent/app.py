@@ -221,23 +221,26 @@ class Agent:
             ctx, request, request.path_params["port"], request.path_params.get("path", "")
         )
 
-    async def ports_ws(self, ws: WebSocket) -> None:
+    async def _ws_sandbox(self, ws: WebSocket) -> SandboxContext | None:
+        """The upgrade's sandbox, or None after closing the socket with why not."""
         try:
-            ctx = self.sandbox(ws)
+            return self.sandbox(ws)
         except ApiError as exc:
             await ws.close(code=4401 if exc.status == 401 else 4404, reason=exc.detail[:120])
+            return None
+
+    async def ports_ws(self, ws: WebSocket) -> None:
+        ctx = await self._ws_sandbox(ws)
+        if ctx is None:
             return
         await ports.forward_websocket(
             ctx, ws, ws.path_params["port"], ws.path_params.get("path", "")
         )
 
     async def pty(self, ws: WebSocket) -> None:
-        try:
-            ctx = self.sandbox(ws)
-        except ApiError as exc:
-            await ws.close(code=4401 if exc.status == 401 else 4404, reason=exc.detail[:120])
-            return
-        await run_pty(ctx, ws)
+        ctx = await self._ws_sandbox(ws)
+        if ctx is not None:
+            await run_pty(ctx, ws)
 
     # ---- admin -------------------------------------------------------------------
     async def admin_register(self, request: Request) -> Response:

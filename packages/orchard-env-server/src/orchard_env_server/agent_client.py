@@ -36,6 +36,15 @@ def forwardable_headers(headers: httpx.Headers | Any) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
 
 
+async def stream_body(response: httpx.Response) -> AsyncIterator[bytes]:
+    """Relay a streamed agent answer chunk by chunk, closing it however the relay ends."""
+    try:
+        async for chunk in response.aiter_raw():
+            yield chunk
+    finally:
+        await response.aclose()
+
+
 class AgentClient:
     """One keep-alive connection pool shared by every sandbox's agent."""
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import websockets
@@ -12,7 +11,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from orchard_env_agent.wsrelay import relay, requested_subprotocols
 
-from ..agent_client import AgentClient
+from ..agent_client import AgentClient, stream_body
 from ..auth import presented_key, tenant_for
 from ..errors import ApiError, job_not_found
 from ..records import AgentEndpoint
@@ -55,14 +54,7 @@ async def exec_stream(
         endpoint, "POST", "/exec/stream", json=_exec_body(body), timeout=None
     )
 
-    async def relay() -> AsyncIterator[bytes]:
-        try:
-            async for chunk in response.aiter_raw():
-                yield chunk
-        finally:
-            await response.aclose()
-
-    return StreamingResponse(relay(), media_type="application/x-ndjson")
+    return StreamingResponse(stream_body(response), media_type="application/x-ndjson")
 
 
 def _job_sandbox(svc: SandboxService, tenant: str, job_id: str) -> AgentEndpoint:

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ..agent_client import forwardable_headers
+from ..agent_client import forwardable_headers, stream_body
 from ..errors import too_large
 from ..schemas import FileContent, FileList, WriteFileRequest, WriteFileResult
 from .exec import Agents
@@ -115,15 +115,8 @@ async def get_raw(
     params = {"path": path, **({"archive": archive} if archive else {})}
     response = await ag.open_stream(endpoint, "GET", "/fs", params=params, timeout=None)
 
-    async def relay() -> AsyncIterator[bytes]:
-        try:
-            async for chunk in response.aiter_raw():
-                yield chunk
-        finally:
-            await response.aclose()
-
     return StreamingResponse(
-        relay(),
+        stream_body(response),
         status_code=response.status_code,
         headers=forwardable_headers(response.headers),
         media_type=response.headers.get("content-type", "application/octet-stream"),

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, WebSocket
 from fastapi.responses import StreamingResponse
 
-from ..agent_client import forwardable_headers
+from ..agent_client import forwardable_headers, stream_body
 from .exec import Agents, proxy_websocket
 from .sandboxes import Service, Tenant
 
@@ -34,15 +33,10 @@ async def forward_port(
         content=request.stream(), headers=headers, timeout=None, passthrough_errors=True,
     )  # fmt: skip
 
-    async def relay() -> AsyncIterator[bytes]:
-        try:
-            async for chunk in response.aiter_raw():
-                yield chunk
-        finally:
-            await response.aclose()
-
     return StreamingResponse(
-        relay(), status_code=response.status_code, headers=forwardable_headers(response.headers)
+        stream_body(response),
+        status_code=response.status_code,
+        headers=forwardable_headers(response.headers),
     )
 
 
