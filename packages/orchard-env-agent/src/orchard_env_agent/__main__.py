@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import socket
@@ -10,7 +11,7 @@ import sys
 import uvicorn
 
 from .app import create_app
-from .config import parse_args
+from .config import Settings, parse_args
 
 
 def _write_port_file(path: str, port: int) -> None:
@@ -20,15 +21,29 @@ def _write_port_file(path: str, port: int) -> None:
     os.replace(tmp, path)
 
 
-def main(argv: list[str] | None = None) -> None:
-    settings = parse_args(argv)
-    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((settings.host, settings.port))
+def _listen(settings: Settings) -> tuple[socket.socket, str]:
+    if settings.uds:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(settings.uds)  # a socket left by an earlier run of this sandbox
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(settings.uds)
+        # The orchestrator may run as another user than the image's; the token guards it.
+        os.chmod(settings.uds, 0o666)
+        where = settings.uds
+    else:
+        family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((settings.host, settings.port))
+        where = f"{settings.host}:{sock.getsockname()[1]}"
     sock.listen(1024)
     sock.set_inheritable(False)
-    port = sock.getsockname()[1]
+    return sock, where
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = parse_args(argv)
+    sock, where = _listen(settings)
     config = uvicorn.Config(
         create_app(settings),
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
@@ -40,9 +55,9 @@ def main(argv: list[str] | None = None) -> None:
         timeout_keep_alive=75,
     )
     server = uvicorn.Server(config)
-    if settings.port_file:
-        _write_port_file(settings.port_file, port)
-    print(f"orchard-env-agent listening on {settings.host}:{port}", file=sys.stderr, flush=True)
+    if settings.port_file and not settings.uds:
+        _write_port_file(settings.port_file, sock.getsockname()[1])
+    print(f"orchard-env-agent listening on {where}", file=sys.stderr, flush=True)
     server.run(sockets=[sock])
 
 

@@ -16,6 +16,7 @@ class Settings:
     max_output_bytes: int = 1 << 20
     max_upload_bytes: int = 1 << 30
     port_file: str | None = None
+    uds: str | None = None
     sandbox_id: str = "local"
     token: str = ""
 
@@ -36,6 +37,7 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     p.add_argument("--max-output-bytes", type=int, default=1 << 20)
     p.add_argument("--max-upload-bytes", type=int, default=1 << 30)
     p.add_argument("--port-file")
+    p.add_argument("--uds", help="listen on this unix socket instead of TCP")
     a = p.parse_args(argv)
     admin = _read_secret(a.admin_token_file) or os.environ.get("ORCHARD_AGENT_ADMIN_TOKEN", "")
     token = os.environ.get("ORCHARD_AGENT_TOKEN", "") or _read_secret(
@@ -53,6 +55,7 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         max_output_bytes=max(64, a.max_output_bytes),
         max_upload_bytes=a.max_upload_bytes,
         port_file=a.port_file,
+        uds=a.uds,
         sandbox_id=os.environ.get("ORCHARD_SANDBOX_ID", "local"),
         token=token,
     )

@@ -45,20 +45,45 @@ async def stream_body(response: httpx.Response) -> AsyncIterator[bytes]:
         await response.aclose()
 
 
-class AgentClient:
-    """One keep-alive connection pool shared by every sandbox's agent."""
+def _pool(max_connections: int, uds: str | None = None) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        transport=httpx.AsyncHTTPTransport(uds=uds) if uds else None,
+        limits=httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        ),
+        timeout=httpx.Timeout(30.0, connect=5.0),
+        trust_env=False,
+    )
 
-    def __init__(self, max_connections: int = 2048) -> None:
-        self._http = httpx.AsyncClient(
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
-            timeout=httpx.Timeout(30.0, connect=5.0),
-            trust_env=False,
-        )
+
+class AgentClient:
+    """Keep-alive connections to sandbox agents: one pool for TCP, one per unix socket."""
+
+    def __init__(self, max_connections: int = 2048, per_socket: int = 64) -> None:
+        self._tcp = _pool(max_connections)
+        self._per_socket = per_socket
+        self._sockets: dict[str, httpx.AsyncClient] = {}
+
+    def _http_for(self, endpoint: AgentEndpoint) -> httpx.AsyncClient:
+        if not endpoint.uds:
+            return self._tcp
+        client = self._sockets.get(endpoint.uds)
+        if client is None:
+            client = self._sockets[endpoint.uds] = _pool(self._per_socket, endpoint.uds)
+        return client
+
+    async def forget(self, endpoint: AgentEndpoint | None) -> None:
+        """Close the connections of a sandbox that is gone."""
+        if endpoint is not None and endpoint.uds:
+            client = self._sockets.pop(endpoint.uds, None)
+            if client is not None:
+                await client.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._tcp.aclose()
+        for client in self._sockets.values():
+            await client.aclose()
+        self._sockets.clear()
 
     def _raise_for(self, response: httpx.Response) -> None:
         if response.status_code < 400:
@@ -89,7 +114,7 @@ class AgentClient:
         if request_id:
             headers["X-Request-ID"] = request_id
         try:
-            response = await self._http.request(
+            response = await self._http_for(endpoint).request(
                 method,
                 endpoint.base_url + path,
                 json=json,
@@ -126,7 +151,8 @@ class AgentClient:
         the sandboxed service's and passes through untouched.
         """
         all_headers = {**(headers or {}), **endpoint.headers()}
-        request = self._http.build_request(
+        http = self._http_for(endpoint)
+        request = http.build_request(
             method,
             endpoint.base_url + path,
             params=params,
@@ -136,7 +162,7 @@ class AgentClient:
             timeout=httpx.Timeout(timeout, connect=5.0),
         )
         try:
-            response = await self._http.send(request, stream=True)
+            response = await http.send(request, stream=True)
         except httpx.TransportError as exc:
             raise AgentUnreachable(f"sandbox agent unreachable: {exc!r}") from exc
         forwarded = passthrough_errors and response.status_code != 502
@@ -145,10 +171,3 @@ class AgentClient:
             await response.aclose()
             self._raise_for(response)
         return response
-
-    async def healthy(self, base_url: str, timeout: float = 2.0) -> bool:
-        try:
-            response = await self._http.get(base_url + "/health", timeout=timeout)
-        except httpx.TransportError:
-            return False
-        return response.status_code == 200

@@ -38,10 +38,10 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        service = SandboxService(settings, backend)
+        app.state.agents = AgentClient()
+        service = SandboxService(settings, backend, app.state.agents)
         await service.start()
         app.state.service = service
-        app.state.agents = AgentClient()
         for warning in backend.info().get("warnings", []):
             log.warning(warning)
         try:

@@ -1,8 +1,8 @@
-"""``orchard-env bench latency``: exec round trips through the service next to baselines.
+"""``orchard-env bench latency|create``: the service's speed next to direct baselines.
 
 Every number comes from one run on this machine: the full path (client → orchestrator →
-agent → process), the agent called directly (no orchestrator), and a bare process spawn of
-the same command (what any sandbox must pay at least).
+agent → process), the agent called directly (no orchestrator), and the baseline: a bare
+process spawn of the same command locally, ``docker exec`` / ``docker run`` on Docker.
 """
 
 from __future__ import annotations
@@ -80,28 +80,40 @@ class _OwnServer:
         self._state.cleanup()
 
 
-def bench_latency(url: str | None, backend: str, runs: int, command: str) -> dict[str, Any]:
+DEFAULT_IMAGES = {"local": "host", "docker": "orchard-test/debian"}
+
+
+def bench_latency(
+    url: str | None, backend: str, runs: int, command: str, image: str | None = None
+) -> dict[str, Any]:
     own = None if url else _OwnServer(backend)
     base = url or own.url  # type: ignore[union-attr]
     try:
         with SandboxClient(base_url=base) as client:
-            sandbox = client.create_sandbox("host")
+            sandbox = client.create_sandbox(image or DEFAULT_IMAGES[backend])
             orchard = _time("orchard exec", runs, lambda: sandbox.exec(command))
             results: dict[str, Any] = {"backend": backend, "runs": runs, "command": command,
                                        "orchard": orchard}  # fmt: skip
             agent = _direct_agent(own.state_dir, sandbox.sandbox_id) if own else None
             if agent is not None:
-                with httpx.Client() as http:
+                url_, headers, uds = agent
+                transport = httpx.HTTPTransport(uds=uds) if uds else None
+                with httpx.Client(transport=transport) as http:
                     body = {"command": command, "wait": True}
                     results["agent_direct"] = _time(
                         "agent direct",
                         runs,
-                        lambda: http.post(agent[0] + "/exec", json=body, headers=agent[1]),
+                        lambda: http.post(url_ + "/exec", json=body, headers=headers),
                     )
+            if backend == "docker":
+                argv = ["docker", "exec", f"orchard-{sandbox.sandbox_id}", "sh", "-c", command]
+                results["baseline_name"] = "docker exec <container> sh -c command"
+            else:
+                argv = ["bash", "-c", command]
+                results["baseline_name"] = "subprocess.run(['bash', '-c', command])"
             results["baseline"] = _time(
-                "bare spawn", runs, lambda: subprocess.run(["bash", "-c", command], check=False)
+                "baseline", runs, lambda: subprocess.run(argv, check=False, capture_output=True)
             )
-            results["baseline_name"] = "subprocess.run(['bash', '-c', command])"
             sandbox.delete()
     finally:
         if own:
@@ -114,18 +126,59 @@ def bench_latency(url: str | None, backend: str, runs: int, command: str) -> dic
     return results
 
 
-def _direct_agent(state_dir: Path, sandbox_id: str) -> tuple[str, dict[str, str]] | None:
-    """The local agent's address and this sandbox's token, read from the bench's own state."""
-    record = state_dir / "sandboxes" / sandbox_id / "record.json"
-    if not record.exists():
-        return None
-    agent = json.loads(record.read_text()).get("agent")
-    if not agent:
-        return None
-    return agent["base_url"], {
-        "Authorization": f"Bearer {agent['token']}",
-        "X-Orchard-Sandbox": sandbox_id,
-    }
+def bench_create(
+    url: str | None, backend: str, runs: int, image: str | None = None
+) -> dict[str, Any]:
+    """Create → ready of one sandbox at a time, next to a bare ``docker run`` (Docker)."""
+    image = image or DEFAULT_IMAGES[backend]
+    own = None if url else _OwnServer(backend)
+    base = url or own.url  # type: ignore[union-attr]
+    results: dict[str, Any] = {"backend": backend, "runs": runs, "image": image}
+    try:
+        with SandboxClient(base_url=base) as client:
+            client.create_sandbox(image).delete()  # warm up
+            samples = []
+            for _ in track(range(runs), description="orchard create → ready", transient=True):
+                started = time.perf_counter()
+                sandbox = client.create_sandbox(image)
+                sandbox.exec("true")  # ready means it runs commands: prove it
+                samples.append(time.perf_counter() - started)
+                sandbox.delete()
+            results["orchard"] = percentiles(samples)
+    finally:
+        if own:
+            own.close()
+    if backend == "docker":
+        results["baseline"] = _time(
+            "docker run --rm",
+            runs,
+            lambda: subprocess.run(
+                ["docker", "run", "--rm", "--network", "none", image, "true"],
+                check=True,
+                capture_output=True,
+            ),
+        )
+        results["baseline_name"] = "docker run --rm --network none <image> true"
+        results["ratio_p50"] = results["orchard"]["p50_ms"] / results["baseline"]["p50_ms"]
+    return results
+
+
+def _direct_agent(
+    state_dir: Path, sandbox_id: str
+) -> tuple[str, dict[str, str], str | None] | None:
+    """The agent's address, this sandbox's token and socket, read from the bench's own state."""
+    for record in (
+        state_dir / "sandboxes" / sandbox_id / "record.json",
+        state_dir / "docker" / sandbox_id / "record.json",
+    ):
+        if record.exists():
+            agent = json.loads(record.read_text()).get("agent")
+            if agent:
+                headers = {"Authorization": f"Bearer {agent['token']}"}
+                if agent.get("sandbox_header"):
+                    headers["X-Orchard-Sandbox"] = agent["sandbox_header"]
+                return agent["base_url"], headers, agent.get("uds")
+    return None
 
 
 def print_latency(results: dict[str, Any], console: Console | None = None) -> None:
@@ -143,3 +196,18 @@ def print_latency(results: dict[str, Any], console: Console | None = None) -> No
     console.print(f"ratio p50 orchard / baseline: {results['ratio_p50']:.2f}")
     if "orchestrator_overhead_p50_ms" in results:
         console.print(f"orchestrator adds {results['orchestrator_overhead_p50_ms']:.2f} ms at p50")
+
+
+def print_create(results: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    table = Table(title=f"create → ready on {results['backend']}, {results['runs']} runs")
+    for col in ("path", "p50 ms", "p90 ms", "p99 ms", "mean ms"):
+        table.add_column(col, justify="right" if col != "path" else "left")
+    rows = [("orchard create → first command", results["orchard"])]
+    if "baseline" in results:
+        rows.append((results["baseline_name"], results["baseline"]))
+    for name, r in rows:
+        table.add_row(name, *(f"{r[k]:.1f}" for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")))
+    console.print(table)
+    if "ratio_p50" in results:
+        console.print(f"ratio p50 orchard / baseline: {results['ratio_p50']:.2f}")

@@ -7,6 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
+from .backends import BACKENDS
 from .settings import Settings, parse_api_keys
 
 
@@ -16,7 +17,7 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the orchestrator")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback)")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--backend", default=None, choices=["local"], help="default: local")
+    serve.add_argument("--backend", default=None, choices=BACKENDS, help="default: local")
     serve.add_argument(
         "--api-keys",
         default=None,
@@ -29,6 +30,19 @@ def _parser() -> argparse.ArgumentParser:
         choices=["auto", "bubblewrap", "none"],
         help="local backend: bubblewrap when it works (auto, the default), always, or never",
     )
+    docker = serve.add_argument_group("docker backend")
+    docker.add_argument(
+        "--docker-host", default=None, help="engine address (default: $DOCKER_HOST)"
+    )
+    docker.add_argument(
+        "--agent-image",
+        default=None,
+        help="injector image holding the agent bundle (default: orchard/agent-injector:latest)",
+    )
+    docker.add_argument(
+        "--agent-bundle", type=Path, default=None, help="bind this bundle dir instead of the image"
+    )
+    docker.add_argument("--pids-limit", type=int, default=None, help="per sandbox (default 1024)")
     serve.add_argument("--max-inflight", type=int, default=None, help="503 beyond this many")
     serve.add_argument("--max-output-bytes", type=int, default=None, help="per stream, per job")
     serve.add_argument("--max-upload-bytes", type=int, default=None)
@@ -44,10 +58,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     latency = bench.add_parser("latency", help="exec round trip next to direct baselines")
     latency.add_argument("--url", default=None, help="an existing server (default: start one)")
-    latency.add_argument("--backend", default="local", choices=["local"])
+    latency.add_argument("--backend", default="local", choices=BACKENDS)
+    latency.add_argument("--image", default=None, help="default: host / orchard-test/debian")
     latency.add_argument("--runs", type=int, default=200)
     latency.add_argument("--command", dest="cmd", default="true")
     latency.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    create = bench.add_parser("create", help="create → ready next to a bare docker run")
+    create.add_argument("--url", default=None, help="an existing server (default: start one)")
+    create.add_argument("--backend", default="local", choices=BACKENDS)
+    create.add_argument("--image", default=None, help="default: host / orchard-test/debian")
+    create.add_argument("--runs", type=int, default=20)
+    create.add_argument("--json", action="store_true", help="print JSON instead of a table")
     serve.add_argument(
         "--access-log", action="store_true", help="one JSON line per request (request id, ms)"
     )
@@ -70,6 +91,10 @@ def serve(args: argparse.Namespace) -> int:
         "max_upload_bytes": args.max_upload_bytes,
         "default_ttl_seconds": args.default_ttl,
         "keep_sandboxes_on_exit": args.keep_sandboxes or None,
+        "docker_host": args.docker_host,
+        "agent_image": args.agent_image,
+        "agent_bundle": args.agent_bundle,
+        "pids_limit": args.pids_limit,
     }
     if args.api_keys is not None:
         overrides["api_keys"] = parse_api_keys(args.api_keys)
@@ -102,13 +127,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         import json
 
-        from .bench import bench_latency, print_latency
+        from . import bench
 
-        results = bench_latency(args.url, args.backend, args.runs, args.cmd)
+        if args.bench == "create":
+            results = bench.bench_create(args.url, args.backend, args.runs, args.image)
+            show = bench.print_create
+        else:
+            results = bench.bench_latency(args.url, args.backend, args.runs, args.cmd, args.image)
+            show = bench.print_latency
         if args.json:
             print(json.dumps(results, indent=2))
         else:
-            print_latency(results)
+            show(results)
         return 0
     return 2
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -18,6 +20,7 @@ class AgentEndpoint:
     base_url: str
     token: str
     sandbox_header: str | None = None  # multi-sandbox agents select by X-Orchard-Sandbox
+    uds: str | None = None  # reached over this unix socket (base_url then names no host)
 
     def headers(self) -> dict[str, str]:
         headers = {"Authorization": f"Bearer {self.token}"}
@@ -128,3 +131,20 @@ class SandboxRecord:
         record = cls(**fields)
         record.agent = AgentEndpoint(**agent) if agent else None
         return record
+
+
+def save_record(home: Path, record: SandboxRecord) -> None:
+    """Write ``home/record.json`` atomically, readable by the orchestrator's user only."""
+    path = home / "record.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record.to_persisted()))
+    tmp.chmod(0o600)
+    tmp.replace(path)
+
+
+def load_record(home: Path) -> SandboxRecord | None:
+    """The record in ``home/record.json``; None when missing or unreadable."""
+    try:
+        return SandboxRecord.from_persisted(json.loads((home / "record.json").read_text()))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None

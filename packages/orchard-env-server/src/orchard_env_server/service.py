@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from . import metrics
+from .agent_client import AgentClient
 from .backends.base import Backend, BackendError
 from .errors import ApiError, conflict, overloaded, quota_exceeded, sandbox_not_found, wait_timeout
 from .records import AgentEndpoint, SandboxRecord
@@ -23,9 +24,12 @@ log = logging.getLogger("orchard_env_server")
 class SandboxService:
     """Owns every sandbox record; the API layer calls only this and the agent client."""
 
-    def __init__(self, settings: Settings, backend: Backend) -> None:
+    def __init__(
+        self, settings: Settings, backend: Backend, agents: AgentClient | None = None
+    ) -> None:
         self.settings = settings
         self.backend = backend
+        self._agents = agents
         self._records: dict[str, SandboxRecord] = {}
         self._inflight = 0
         self._reaper: asyncio.Task[None] | None = None
@@ -150,6 +154,8 @@ class SandboxService:
                 return
             record.mark(status, error)
             await self.backend.delete(record)
+            if self._agents is not None:
+                await self._agents.forget(record.agent)
 
     # -- concurrency limit ----------------------------------------------------------
     @contextlib.asynccontextmanager

@@ -53,6 +53,12 @@ class Settings:
     failed_retention_s: float = 300.0
     keep_sandboxes_on_exit: bool = False
     default_ttl_seconds: float | None = None
+    # Docker backend
+    docker_host: str | None = None  # default: $DOCKER_HOST, else the local socket
+    agent_image: str = "orchard/agent-injector:latest"  # the injector image (init container)
+    agent_bundle: Path | None = None  # or: bind this agent bundle directory read-only
+    pids_limit: int = 1024  # per sandbox container
+    docker_network: str = "bridge"  # for sandboxes with block_network=false
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -64,5 +70,9 @@ class Settings:
             values["state_dir"] = Path(os.environ["ORCHARD_ENV_STATE_DIR"])
         if os.environ.get("ORCHARD_ENV_BACKEND"):
             values["backend"] = os.environ["ORCHARD_ENV_BACKEND"]
+        if os.environ.get("ORCHARD_ENV_AGENT_IMAGE"):
+            values["agent_image"] = os.environ["ORCHARD_ENV_AGENT_IMAGE"]
+        if os.environ.get("ORCHARD_ENV_AGENT_BUNDLE"):
+            values["agent_bundle"] = Path(os.environ["ORCHARD_ENV_AGENT_BUNDLE"])
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

@@ -5,7 +5,9 @@ from __future__ import annotations
 from ..settings import Settings
 from .base import Backend, BackendError
 
-__all__ = ["Backend", "BackendError", "make_backend"]
+__all__ = ["BACKENDS", "Backend", "BackendError", "make_backend"]
+
+BACKENDS = ("local", "docker")
 
 
 def make_backend(settings: Settings) -> Backend:
@@ -14,4 +16,8 @@ def make_backend(settings: Settings) -> Backend:
         from .local import LocalBackend
 
         return LocalBackend(settings)
-    raise ValueError(f"unknown backend {settings.backend!r} (available: local)")
+    if settings.backend == "docker":
+        from .docker import DockerBackend
+
+        return DockerBackend(settings)
+    raise ValueError(f"unknown backend {settings.backend!r} (available: {', '.join(BACKENDS)})")

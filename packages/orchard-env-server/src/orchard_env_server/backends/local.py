@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import os
 import secrets
@@ -20,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..records import AgentEndpoint, SandboxRecord
+from ..records import AgentEndpoint, SandboxRecord, load_record, save_record
 from ..settings import Settings
 from .base import BackendError
 from .bubblewrap import HolderSpec, bwrap_usable, start_holder
@@ -78,7 +77,7 @@ class LocalBackend:
         """Sandboxes of an earlier run whose holder lives on; the rest are removed."""
         found: list[SandboxRecord] = []
         for path in sorted(self._sandboxes.iterdir()):
-            record = self._load(path)
+            record = load_record(path)
             if record is None or not self._holder_alive(record):
                 log.info("cleaning up sandbox %s left by an earlier run", path.name)
                 await self._kill_holder(record)
@@ -93,16 +92,10 @@ class LocalBackend:
             found.append(record)
         return found
 
-    def _load(self, path: Path) -> SandboxRecord | None:
-        try:
-            return SandboxRecord.from_persisted(json.loads((path / "record.json").read_text()))
-        except (OSError, ValueError, TypeError, KeyError):
-            return None
-
     async def close(self, *, delete_sandboxes: bool) -> None:
         if delete_sandboxes:
             for path in list(self._sandboxes.iterdir()):
-                record = self._load(path)
+                record = load_record(path)
                 if record is None:
                     await asyncio.to_thread(shutil.rmtree, path, True)
                 else:
@@ -149,7 +142,7 @@ class LocalBackend:
             token=secrets.token_urlsafe(24),
             sandbox_header=record.sandbox_id,
         )
-        self._save(record)
+        save_record(self._sandboxes / record.sandbox_id, record)
         await self._register(record)
 
     async def wait_ready(self, record: SandboxRecord) -> None:
@@ -200,13 +193,6 @@ class LocalBackend:
         }
 
     # -- helpers --------------------------------------------------------------------
-    def _save(self, record: SandboxRecord) -> None:
-        path = self._sandboxes / record.sandbox_id / "record.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record.to_persisted()))
-        tmp.chmod(0o600)
-        tmp.replace(path)
-
     def _holder_alive(self, record: SandboxRecord) -> bool:
         state = record.backend_state
         if not state.get("isolated"):

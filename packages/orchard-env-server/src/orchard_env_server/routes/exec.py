@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Annotated, Any
 
 import websockets
@@ -148,7 +149,12 @@ async def proxy_websocket(websocket: WebSocket, sandbox_id: str, agent_path: str
     if websocket.url.query:
         url += "?" + websocket.url.query
     try:
-        async with websockets.connect(
+        connect = (
+            functools.partial(websockets.unix_connect, endpoint.uds)
+            if endpoint.uds
+            else websockets.connect
+        )
+        async with connect(
             url, additional_headers=endpoint.headers(), max_size=None,
             subprotocols=requested_subprotocols(websocket),  # type: ignore[arg-type]
         ) as upstream:  # fmt: skip

@@ -1,0 +1,85 @@
+"""The container a Docker sandbox is: a pure function of the record and the settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..quantities import parse_cpu, parse_memory
+from ..records import SandboxRecord
+from ..settings import Settings
+from .base import BackendError
+from .docker_injection import RUN_MOUNT, AgentMount, agent_entry
+
+LABEL_SANDBOX = "org.orchard.sandbox-id"
+LABEL_TENANT = "org.orchard.tenant"
+LABEL_ORCHESTRATOR = "org.orchard.orchestrator"
+AGENT_SOCKET = f"{RUN_MOUNT}/agent.sock"
+AGENT_TOKEN_FILE = f"{RUN_MOUNT}/token"
+MIN_MEMORY_BYTES = 32 << 20  # below this the agent itself cannot run
+
+
+def container_name(sandbox_id: str) -> str:
+    return f"orchard-{sandbox_id}"
+
+
+def container_spec(
+    record: SandboxRecord,
+    settings: Settings,
+    orchestrator_id: str,
+    agent: AgentMount,
+    run_dir: str,
+) -> dict[str, Any]:
+    """The Engine API body creating the sandbox's container.
+
+    The image's own entrypoint is replaced by the injected agent; its ``WORKDIR``, ``ENV``
+    and ``USER`` stay in force (Docker merges the image's env with the one given here).
+    ``block_network`` means network mode ``none``: only loopback inside, while the
+    orchestrator reaches the agent through the unix socket on the shared run directory.
+    """
+    host: dict[str, Any] = {
+        "Mounts": [agent.spec(), {"Type": "bind", "Source": run_dir, "Target": RUN_MOUNT}],
+        "NetworkMode": "none" if record.block_network else settings.docker_network,
+        "PidsLimit": settings.pids_limit,
+        "SecurityOpt": ["no-new-privileges"],
+        "RestartPolicy": {"Name": "no"},
+        "LogConfig": {"Type": "json-file", "Config": {"max-size": "1m", "max-file": "1"}},
+    }
+    try:
+        if record.cpu:
+            host["NanoCpus"] = int(parse_cpu(record.cpu) * 1e9)
+        if record.memory:
+            memory = parse_memory(record.memory)
+            if memory < MIN_MEMORY_BYTES:
+                raise ValueError(
+                    f"memory {record.memory!r} is below the {MIN_MEMORY_BYTES >> 20} MiB "
+                    "a sandbox needs for its agent"
+                )
+            host["Memory"] = host["MemorySwap"] = memory  # no swap: the limit is the limit
+    except ValueError as exc:
+        raise BackendError(str(exc)) from exc
+    env = {
+        "ORCHARD_SANDBOX_ID": record.sandbox_id,
+        "ORCHARD_AGENT_TOKEN_FILE": AGENT_TOKEN_FILE,
+        **record.env,
+    }
+    command = [
+        "--uds", AGENT_SOCKET,
+        "--max-output-bytes", str(settings.max_output_bytes),
+        "--max-upload-bytes", str(settings.max_upload_bytes),
+    ]  # fmt: skip
+    spec: dict[str, Any] = {
+        "Image": record.image,
+        "Entrypoint": agent_entry(),
+        "Cmd": command,
+        "Env": [f"{k}={v}" for k, v in env.items()],
+        "Hostname": record.sandbox_id[:63],
+        "Labels": {
+            LABEL_SANDBOX: record.sandbox_id,
+            LABEL_TENANT: record.tenant,
+            LABEL_ORCHESTRATOR: orchestrator_id,
+        },
+        "HostConfig": host,
+    }
+    if record.workdir:
+        spec["WorkingDir"] = record.workdir
+    return spec
