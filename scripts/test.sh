@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up everything the test suite needs on a fresh Debian machine, then run it all:
-# ruff, mypy and pytest. `scripts/test.sh --fast` runs only the quick pure-logic subset.
+# ruff, mypy, a Docker engine and the test images (infra/), and pytest. `scripts/test.sh --fast` runs only the quick pure-logic subset.
 # Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +36,12 @@ uv run ruff check .
 uv run ruff format --check .
 echo "==> mypy"
 uv run mypy
+
+if ((! fast)); then
+  # The Docker backend's tests run against a real engine and locally built images.
+  bash infra/docker/up
+  infra/images/build
+fi
 
 echo "==> pytest"
 markers=()

@@ -7,14 +7,24 @@ from pathlib import Path
 
 import pytest
 
-from orchard_testing import RunningServer
+from orchard_testing import IMAGES, RunningServer, require_backend, selected_backends
 
-BACKENDS = ["local"]
+# Every integration test runs once per backend. ORCHARD_TEST_BACKENDS narrows the set for
+# quick iteration (e.g. "local"); CI runs all of them.
+BACKENDS = selected_backends()
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+    name = str(request.param)
+    require_backend(name)
+    return name
+
+
+@pytest.fixture(scope="session")
+def image(backend: str) -> str:
+    """The image a test's sandboxes use: the host itself locally, a Debian image on Docker."""
+    return IMAGES[backend]
 
 
 @pytest.fixture(scope="session")

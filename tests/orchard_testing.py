@@ -12,6 +12,73 @@ from pathlib import Path
 
 import attrs
 import httpx
+import pytest
+
+# The image each backend's tests use: the host's own root locally; on Docker, the Debian
+# test image built by infra/images/build (bash, git, python3 like the host).
+IMAGES = {"local": "host", "docker": "orchard-test/debian"}
+BUSYBOX_IMAGE = "orchard-test/busybox"
+SETUP_HINT = "run `bash scripts/test.sh` once (it starts dockerd and builds the test images)"
+
+
+def docker(*args: str, check: bool = True) -> str:
+    """Run the docker CLI (tests use it only to act behind the orchestrator's back)."""
+    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=120)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"docker {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def require_backend(name: str) -> None:
+    """Fail loudly, never skip, when a backend's engine or images are missing."""
+    if name != "docker":
+        return
+    try:
+        docker("version", "--format", "{{.Server.Version}}")
+        for image in (IMAGES["docker"], BUSYBOX_IMAGE, "orchard/agent-injector:latest"):
+            docker("image", "inspect", "--format", "{{.Id}}", image)
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(
+            f"the docker backend's tests need an engine and images: {exc}; {SETUP_HINT}"
+        ) from exc
+
+
+def selected_backends() -> list[str]:
+    """ORCHARD_TEST_BACKENDS narrows the backends for quick iteration; CI runs all."""
+    raw = os.environ.get("ORCHARD_TEST_BACKENDS", "local,docker")
+    return [b.strip() for b in raw.split(",") if b.strip()]
+
+
+def only_backend(name: str) -> pytest.MarkDecorator:
+    """Run a test or module on one backend only (it tests that backend's own mechanism)."""
+    if name in selected_backends():
+        return pytest.mark.parametrize("backend", [name], indirect=True)
+    excluded = pytest.param(name, marks=pytest.mark.skip(reason="not in ORCHARD_TEST_BACKENDS"))
+    return pytest.mark.parametrize("backend", [excluded], indirect=True)
+
+
+def leftovers(server: RunningServer) -> list[str]:
+    """What a server left running for its state dir: processes (local) or containers."""
+    if server.backend == "docker":
+        id_file = server.state_dir / "docker" / "orchestrator-id"
+        if not id_file.exists():
+            return []
+        label = f"org.orchard.orchestrator={id_file.read_text().strip()}"
+        names = docker("ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}")
+        return names.split()
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if str(server.state_dir) in cmd:
+                found.append(cmd)
+    sandboxes = server.state_dir / "sandboxes"
+    if sandboxes.is_dir():
+        found += [f"directory {p}" for p in sandboxes.iterdir()]
+    return found
 
 
 def free_port() -> int:
@@ -30,6 +97,10 @@ class RunningServer:
     port: int = attrs.Factory(free_port)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+
+    @property
+    def image(self) -> str:
+        return IMAGES[self.backend]
 
     @property
     def url(self) -> str:

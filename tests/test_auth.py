@@ -45,10 +45,10 @@ def test_the_client_raises_auth_error(keyed_server):
         client.list_sandboxes()
 
 
-def test_tenants_cannot_see_or_touch_each_others_sandboxes_or_jobs(keyed_server):
+def test_tenants_cannot_see_or_touch_each_others_sandboxes_or_jobs(keyed_server, image):
     with SandboxClient(base_url=keyed_server.url, api_key="key-a") as alice, \
          SandboxClient(base_url=keyed_server.url, api_key="key-b") as bob:  # fmt: skip
-        sbx = alice.create_sandbox("host")
+        sbx = alice.create_sandbox(image)
         job = sbx.start("sleep 5")
         assert [s.sandbox_id for s in bob.list_sandboxes()] == []
         with pytest.raises(OrchardError) as err:
@@ -66,9 +66,9 @@ def test_tenants_cannot_see_or_touch_each_others_sandboxes_or_jobs(keyed_server)
         assert sbx.exec("echo mine").stdout == "mine\n"
 
 
-def test_keys_and_tokens_never_reach_a_sandbox(keyed_server):
+def test_keys_and_tokens_never_reach_a_sandbox(keyed_server, image):
     with SandboxClient(base_url=keyed_server.url, api_key="key-a") as alice:
-        sbx = alice.create_sandbox("host")
+        sbx = alice.create_sandbox(image)
         seen = sbx.exec("env; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'").stdout
         assert "key-a" not in seen and "key-b" not in seen
         assert "ORCHARD_AGENT" not in seen and "ORCHARD_ENV_API_KEYS" not in seen

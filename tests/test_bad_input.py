@@ -13,8 +13,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def sid(server):
-    body = httpx.post(f"{server.url}/sandboxes", json={"image": "host"}).json()
+def sid(server, image):
+    body = httpx.post(f"{server.url}/sandboxes", json={"image": image}).json()
     yield body["sandbox_id"]
     httpx.delete(f"{server.url}/sandboxes/{body['sandbox_id']}")
 
@@ -86,11 +86,11 @@ def test_long_command_lines_and_nul_bytes_are_handled(server, sid):
         assert "NUL" in response.json()["detail"]
 
 
-def test_an_oversized_upload_is_413_and_writes_nothing(backend, tmp_path):
+def test_an_oversized_upload_is_413_and_writes_nothing(backend, image, tmp_path):
     srv = RunningServer(backend=backend, state_dir=tmp_path / "s")
     srv.start("--max-upload-bytes", "1000")
     try:
-        sid = httpx.post(f"{srv.url}/sandboxes", json={"image": "host"}).json()["sandbox_id"]
+        sid = httpx.post(f"{srv.url}/sandboxes", json={"image": image}).json()["sandbox_id"]
         url = f"{srv.url}/sandboxes/{sid}/fs"
         response = httpx.put(url, params={"path": "/workspace/big"}, content=b"x" * 5000)
         assert response.status_code == 413 and response.json()["code"]
@@ -118,8 +118,8 @@ def test_an_oversized_upload_is_413_and_writes_nothing(backend, tmp_path):
         srv.stop()
 
 
-def test_exec_on_a_deleted_sandbox_is_404(server):
-    sid = httpx.post(f"{server.url}/sandboxes", json={"image": "host"}).json()["sandbox_id"]
+def test_exec_on_a_deleted_sandbox_is_404(server, image):
+    sid = httpx.post(f"{server.url}/sandboxes", json={"image": image}).json()["sandbox_id"]
     httpx.delete(f"{server.url}/sandboxes/{sid}")
     response = httpx.post(f"{server.url}/sandboxes/{sid}/exec", json={"command": "true"})
     assert response.status_code == 404

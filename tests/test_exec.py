@@ -18,8 +18,8 @@ def client(server):
 
 
 @pytest.fixture(scope="module")
-def sandbox(client):
-    sbx = client.create_sandbox("host", env={"SANDBOX_VAR": "from-create"})
+def sandbox(client, image):
+    sbx = client.create_sandbox(image, env={"SANDBOX_VAR": "from-create"})
     yield sbx
     sbx.delete()
 
@@ -113,9 +113,9 @@ def test_concurrent_commands_run_in_parallel(sandbox):
     assert time.monotonic() - started < 4
 
 
-async def test_the_async_client_runs_the_same_commands(server):
+async def test_the_async_client_runs_the_same_commands(server, image):
     async with AsyncSandboxClient(base_url=server.url) as client:
-        sandbox = await client.create_sandbox("host")
+        sandbox = await client.create_sandbox(image)
         job = await sandbox.exec("echo async; exit 4")
         assert (job.stdout, job.exit_code) == ("async\n", 4)
         chunks = [e async for e in sandbox.exec_stream("echo streamed")]

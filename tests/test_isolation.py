@@ -12,17 +12,17 @@ import httpx
 import pytest
 
 from orchard_env_client import SandboxClient
+from orchard_testing import only_backend
 
 pytestmark = [
     pytest.mark.integration,
+    only_backend("local"),
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
 ]
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    if server.backend != "local":
-        pytest.skip("bubblewrap isolation is the local backend's")
     assert httpx.get(server.url + "/health").json()["isolation"] == "bubblewrap"
     with SandboxClient(base_url=server.url) as c:
         yield c

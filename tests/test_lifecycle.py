@@ -6,19 +6,19 @@ import json
 import os
 import signal
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from orchard_env_client import SandboxClient
 from orchard_env_client.errors import OrchardError
+from orchard_testing import leftovers, only_backend
 
 pytestmark = pytest.mark.integration
 
 
-def test_create_answers_a_ready_sandbox_object(server):
-    response = httpx.post(f"{server.url}/sandboxes", json={"image": "host", "labels": {"a": "1"}})
+def test_create_answers_a_ready_sandbox_object(server, image):
+    response = httpx.post(f"{server.url}/sandboxes", json={"image": image, "labels": {"a": "1"}})
     assert response.status_code == 201
     body = response.json()
     assert body["status"] == "ready" and body["labels"] == {"a": "1"}
@@ -38,27 +38,27 @@ def test_create_answers_a_ready_sandbox_object(server):
     assert httpx.delete(f"{server.url}/sandboxes/{sid}").status_code == 404
 
 
-def test_a_custom_id_is_used_and_cannot_be_taken_twice(server):
+def test_a_custom_id_is_used_and_cannot_be_taken_twice(server, image):
     with SandboxClient(base_url=server.url) as client:
-        sbx = client.create_sandbox("host", sandbox_id="my-custom-id")
+        sbx = client.create_sandbox(image, sandbox_id="my-custom-id")
         assert sbx.sandbox_id == "my-custom-id"
         response = httpx.post(
-            f"{server.url}/sandboxes", json={"image": "host", "sandbox_id": "my-custom-id"}
+            f"{server.url}/sandboxes", json={"image": image, "sandbox_id": "my-custom-id"}
         )
         assert response.status_code == 409 and response.json()["code"]
 
 
-def test_labels_filter_the_list(server):
+def test_labels_filter_the_list(server, image):
     with SandboxClient(base_url=server.url) as client:
-        a = client.create_sandbox("host", labels={"run": "exp-1"})
-        client.create_sandbox("host", labels={"run": "exp-2"})
+        a = client.create_sandbox(image, labels={"run": "exp-1"})
+        client.create_sandbox(image, labels={"run": "exp-2"})
         listed = client.list_sandboxes(labels={"run": "exp-1"})
         assert [s.sandbox_id for s in listed] == [a.sandbox_id]
 
 
-def test_a_sandbox_is_deleted_when_its_ttl_runs_out(server):
+def test_a_sandbox_is_deleted_when_its_ttl_runs_out(server, image):
     with SandboxClient(base_url=server.url) as client:
-        sbx = client.create_sandbox("host", ttl_seconds=1.5)
+        sbx = client.create_sandbox(image, ttl_seconds=1.5)
         assert sbx.info.expires_at == pytest.approx(sbx.info.created_at + 1.5)
         time.sleep(4)
         with pytest.raises(OrchardError) as err:
@@ -66,10 +66,10 @@ def test_a_sandbox_is_deleted_when_its_ttl_runs_out(server):
         assert err.value.status == 404
 
 
-def test_idle_sandboxes_are_deleted_but_heartbeats_keep_them(server):
+def test_idle_sandboxes_are_deleted_but_heartbeats_keep_them(server, image):
     with SandboxClient(base_url=server.url) as client:
-        idle = client.create_sandbox("host", idle_timeout_seconds=2)
-        kept = client.create_sandbox("host", idle_timeout_seconds=2)
+        idle = client.create_sandbox(image, idle_timeout_seconds=2)
+        kept = client.create_sandbox(image, idle_timeout_seconds=2)
         for _ in range(5):
             time.sleep(0.8)
             kept.heartbeat()
@@ -84,23 +84,10 @@ def test_a_bad_image_fails_with_a_reason(server):
     assert body["status"] == "failed" and "no/such/rootfs" in body["error"]
 
 
-def _sandbox_processes(state_dir) -> list[str]:
-    out = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if str(state_dir) in cmd:
-                out.append(cmd)
-    return out
-
-
-def test_a_killed_orchestrator_finds_its_sandboxes_again(fresh_server):
+def test_a_killed_orchestrator_finds_its_sandboxes_again(fresh_server, image):
     fresh_server.start()
     with SandboxClient(base_url=fresh_server.url, auto_cleanup=False) as client:
-        sbx = client.create_sandbox("host")
+        sbx = client.create_sandbox(image)
         sbx.exec("echo kept > /workspace/proof.txt")
     fresh_server.kill()
     fresh_server.start()
@@ -109,23 +96,23 @@ def test_a_killed_orchestrator_finds_its_sandboxes_again(fresh_server):
         assert again.exec("cat /workspace/proof.txt").stdout == "kept\n"
         again.delete()
     fresh_server.stop()
-    assert _sandbox_processes(fresh_server.state_dir) == []
+    assert leftovers(fresh_server) == []
 
 
-def test_a_graceful_stop_leaves_no_process_or_directory_behind(fresh_server):
+def test_a_graceful_stop_leaves_no_process_or_directory_behind(fresh_server, image):
     fresh_server.start()
     with SandboxClient(base_url=fresh_server.url, auto_cleanup=False) as client:
         for _ in range(3):
-            client.create_sandbox("host").start("sleep 300")
+            client.create_sandbox(image).start("sleep 300")
     fresh_server.stop()
-    assert _sandbox_processes(fresh_server.state_dir) == []
-    assert list((fresh_server.state_dir / "sandboxes").iterdir()) == []
+    assert leftovers(fresh_server) == []
 
 
-def test_sandboxes_of_a_dead_agent_are_cleaned_or_served_again(fresh_server):
+@only_backend("local")  # the shared agent is the local backend's; Docker: test_docker.py
+def test_sandboxes_of_a_dead_agent_are_cleaned_or_served_again(fresh_server, image):
     fresh_server.start()
     with SandboxClient(base_url=fresh_server.url) as client:
-        sbx = client.create_sandbox("host")
+        sbx = client.create_sandbox(image)
         agent_pid = json.loads((fresh_server.state_dir / "agent.json").read_text())["pid"]
         os.kill(agent_pid, signal.SIGKILL)
         deadline = time.monotonic() + 15

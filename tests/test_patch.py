@@ -12,9 +12,9 @@ ORIGINAL = "".join(f"line {i}\n" for i in range(1, 21))
 
 
 @pytest.fixture
-def repo(server):
+def repo(server, image):
     with SandboxClient(base_url=server.url) as client:
-        sbx = client.create_sandbox("host")
+        sbx = client.create_sandbox(image)
         sbx.upload_content("/workspace/f.txt", ORIGINAL)
         setup = sbx.exec(
             "git init -q && git -c user.email=t@t -c user.name=t add f.txt && "

@@ -18,9 +18,9 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def sandbox(server):
+def sandbox(server, image):
     with SandboxClient(base_url=server.url) as client:
-        sbx = client.create_sandbox("host")
+        sbx = client.create_sandbox(image)
         yield sbx
         sbx.delete()
 
@@ -60,9 +60,8 @@ def test_a_websocket_server_inside_the_sandbox_is_reachable(server, sandbox):
     # The sandbox sees the host root (not the host's /tmp, where a venv may live): run the
     # base interpreter with a copy of `websockets` in the sandbox's own workspace.
     sandbox.upload_dir(Path(websockets.__file__).parent, "/workspace/lib/websockets")
-    sandbox.start(
-        [sys._base_executable, "/workspace/echo_ws.py"], env={"PYTHONPATH": "/workspace/lib"}
-    )
+    python = sys._base_executable if server.backend == "local" else "python3"  # the image's
+    sandbox.start([python, "/workspace/echo_ws.py"], env={"PYTHONPATH": "/workspace/lib"})
     url = server.url.replace("http://", "ws://") + f"/sandboxes/{sandbox.sandbox_id}/ports/8124/"
     deadline = time.monotonic() + 20
     while True:

@@ -11,11 +11,11 @@ from orchard_env_client import AsyncSandboxClient
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-async def test_fifty_sandboxes_create_exec_delete_without_error(server):
+async def test_fifty_sandboxes_create_exec_delete_without_error(server, image):
     async with AsyncSandboxClient(base_url=server.url) as client:
 
         async def one(i: int) -> str:
-            sbx = await client.create_sandbox("host", labels={"scale": "50"})
+            sbx = await client.create_sandbox(image, labels={"scale": "50"})
             job = await sbx.exec(f"echo {i}")
             await sbx.delete()
             return job.stdout

@@ -6,14 +6,13 @@ import httpx
 import pytest
 
 from orchard_env_client import SandboxClient
+from orchard_testing import only_backend
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, only_backend("local")]
 
 
 @pytest.fixture
 def unisolated(fresh_server):
-    if fresh_server.backend != "local":
-        pytest.skip("isolation modes are the local backend's")
     fresh_server.start("--isolation", "none")
     return fresh_server
 

@@ -55,10 +55,11 @@ def _spec(**fields):
 def test_the_spec_replaces_the_entrypoint_with_the_agent_and_keeps_the_image_config():
     spec = _spec(env={"A": "1"})
     assert spec["Entrypoint"] == agent_entry()
-    assert spec["Cmd"][:2] == ["--uds", "/.orchard/run/agent.sock"]
+    assert spec["Cmd"][:4] == [
+        "--uds", "/.orchard/run/agent.sock", "--token-file", "/.orchard/run/token",
+    ]  # fmt: skip
     assert "WorkingDir" not in spec and "User" not in spec  # the image's own stay in force
-    assert "A=1" in spec["Env"] and "ORCHARD_AGENT_TOKEN_FILE=/.orchard/run/token" in spec["Env"]
-    assert not any("TOKEN=" in e for e in spec["Env"])  # the token itself is never in the spec
+    assert spec["Env"] == ["ORCHARD_SANDBOX_ID=sbx-1", "A=1"]  # no token, no token file
     assert spec["Labels"] == {
         "org.orchard.sandbox-id": "sbx-1",
         "org.orchard.tenant": "alice",

@@ -38,15 +38,18 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     p.add_argument("--max-upload-bytes", type=int, default=1 << 30)
     p.add_argument("--port-file")
     p.add_argument("--uds", help="listen on this unix socket instead of TCP")
+    p.add_argument("--token-file", help="single mode: the sandbox's token (or the env vars)")
     a = p.parse_args(argv)
     admin = _read_secret(a.admin_token_file) or os.environ.get("ORCHARD_AGENT_ADMIN_TOKEN", "")
-    token = os.environ.get("ORCHARD_AGENT_TOKEN", "") or _read_secret(
-        os.environ.get("ORCHARD_AGENT_TOKEN_FILE")
+    token = (
+        _read_secret(a.token_file)
+        or os.environ.get("ORCHARD_AGENT_TOKEN", "")
+        or _read_secret(os.environ.get("ORCHARD_AGENT_TOKEN_FILE"))
     )
     if a.multi and not admin:
         p.error("--multi needs an admin token (--admin-token-file or ORCHARD_AGENT_ADMIN_TOKEN)")
     if not a.multi and not token:
-        p.error("single mode needs ORCHARD_AGENT_TOKEN or ORCHARD_AGENT_TOKEN_FILE")
+        p.error("single mode needs --token-file, ORCHARD_AGENT_TOKEN or ORCHARD_AGENT_TOKEN_FILE")
     return Settings(
         host=a.host,
         port=a.port,

@@ -18,6 +18,7 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from . import tarsafe
 from .context import SandboxContext
 from .errors import ApiError, invalid
 from .paths import Resolved, require_exists, require_writable, resolve
@@ -173,15 +174,11 @@ async def _receive_to_temp(request: Request, parent: str, limit: int) -> tuple[s
 def _extract(tar_path: str, dest: str) -> int:
     """Check every member first (nothing is written if one is refused), then extract."""
     with tarfile.open(tar_path, "r:*") as tf:
-        members = tf.getmembers()
-        for member in members:
-            if member.name.startswith("/") or (member.islnk() and member.linkname.startswith("/")):
-                raise ApiError(400, "path_escape", f"archive member {member.name!r} is absolute")
-            try:
-                tarfile.data_filter(member, dest)
-            except tarfile.FilterError as exc:
-                raise ApiError(400, "path_escape", f"archive member refused: {exc}") from None
-        tf.extractall(dest, members=members, filter="data")
+        try:
+            members = tarsafe.check_members(tf.getmembers(), dest)
+        except tarsafe.RefusedMember as exc:
+            raise ApiError(400, "path_escape", f"archive member refused: {exc}") from None
+        tarsafe.extract(tf, members, dest)
     return len(members)
 
 

@@ -107,8 +107,14 @@ class DockerEngine:
         result: dict[str, Any] = await self._call("POST", "/volumes/create", json_body=body)
         return result
 
+    async def volumes(self, label: str) -> list[dict[str, Any]]:
+        params = {"filters": json.dumps({"label": [label]})}
+        result = await self._call("GET", "/volumes", params=params)
+        return list(result.get("Volumes") or [])
+
     async def remove_volume(self, name: str) -> None:
-        await self._call("DELETE", f"/volumes/{name}", params={"force": "true"}, ok=(204, 404))
+        """Remove a volume; a missing one is fine, one in use raises (409)."""
+        await self._call("DELETE", f"/volumes/{name}", ok=(204, 404))
 
     # -- containers -----------------------------------------------------------------
     async def create_container(self, name: str | None, spec: dict[str, Any]) -> str:

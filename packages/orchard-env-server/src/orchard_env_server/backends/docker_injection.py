@@ -23,6 +23,7 @@ log = logging.getLogger("orchard_env_server")
 AGENT_MOUNT = "/.orchard/agent"  # where the bundle appears inside a sandbox, read-only
 RUN_MOUNT = "/.orchard/run"  # the agent's socket and token, shared with the orchestrator
 COMPLETE_MARKER = ".complete"
+_VOLUME_LABEL = "org.orchard.agent-image"
 _INJECTOR_ROOT = "/orchard-agent"  # where the injector image holds the bundle
 _BUSYBOX = f"{_INJECTOR_ROOT}/bin/busybox"
 
@@ -79,13 +80,28 @@ async def prepare_agent_mount(
     if exists:
         log.warning("agent volume %s is incomplete; filling it again", volume)
         await engine.remove_volume(volume)
-    await engine.create_volume(volume, {"org.orchard.agent-image": agent_image})
+    await engine.create_volume(volume, {_VOLUME_LABEL: agent_image})
     code = await _run_injector(engine, agent_image, volume, _copy_command())
     if code != 0:
         await engine.remove_volume(volume)
         raise BackendError(f"the agent injector {agent_image!r} exited with code {code}")
     log.info("agent bundle copied into volume %s from %s", volume, agent_image)
+    await _remove_stale_volumes(engine, keep=volume)
     return AgentMount("volume", volume)
+
+
+async def _remove_stale_volumes(engine: DockerEngine, keep: str) -> None:
+    """Bundles of older injector images; the engine refuses (409) while a sandbox uses one."""
+    try:
+        volumes = await engine.volumes(_VOLUME_LABEL)
+    except EngineError:
+        return
+    for volume in volumes:
+        if volume["Name"] != keep:
+            try:
+                await engine.remove_volume(volume["Name"])
+            except EngineError as exc:
+                log.info("keeping agent volume %s: %s", volume["Name"], exc)
 
 
 def _bind_mount(bundle: Path) -> AgentMount:

@@ -57,13 +57,10 @@ def container_spec(
             host["Memory"] = host["MemorySwap"] = memory  # no swap: the limit is the limit
     except ValueError as exc:
         raise BackendError(str(exc)) from exc
-    env = {
-        "ORCHARD_SANDBOX_ID": record.sandbox_id,
-        "ORCHARD_AGENT_TOKEN_FILE": AGENT_TOKEN_FILE,
-        **record.env,
-    }
+    env = {"ORCHARD_SANDBOX_ID": record.sandbox_id, **record.env}
     command = [
         "--uds", AGENT_SOCKET,
+        "--token-file", AGENT_TOKEN_FILE,
         "--max-output-bytes", str(settings.max_output_bytes),
         "--max-upload-bytes", str(settings.max_upload_bytes),
     ]  # fmt: skip
