@@ -41,6 +41,7 @@ if ((! fast)); then
   # The Docker backend's tests run against a real engine and locally built images.
   bash infra/docker/up
   infra/images/build
+  infra/agent/smoke --no-build  # the injected agent answers in the busybox and Debian images
 fi
 
 echo "==> pytest"

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
         create_app(settings),
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
         http="httptools" if importlib.util.find_spec("httptools") else "h11",
-        ws="websockets",
+        ws="websockets-sansio",
         access_log=False,
         log_level="warning",
         lifespan="on",

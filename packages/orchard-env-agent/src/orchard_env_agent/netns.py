@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import socket
 
 CLONE_NEWNET = 0x40000000
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+# The libc already loaded: find_library would spawn the image's ldconfig at import time.
+_libc = ctypes.CDLL(None, use_errno=True)
 _own_netns: int | None = None
 
 

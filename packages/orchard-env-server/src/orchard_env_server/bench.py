@@ -158,7 +158,7 @@ def bench_create(
                 capture_output=True,
             ),
         )
-        results["baseline_name"] = "docker run --rm --network none <image> true"
+        results["baseline_name"] = "docker run --rm <image> true"
         results["ratio_p50"] = results["orchard"]["p50_ms"] / results["baseline"]["p50_ms"]
     return results
 
