@@ -31,6 +31,17 @@ def _container(sandbox_id: str) -> dict:
     return json.loads(docker("inspect", f"orchard-{sandbox_id}"))[0]
 
 
+def _pids_cgroup(pid: int) -> Path:
+    """The host directory of the pids cgroup a process is in (cgroup v1 or v2)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "pids" in controllers.split(","):
+            return Path("/sys/fs/cgroup/pids" + path)
+        if controllers == "":  # the v2 unified hierarchy
+            return Path("/sys/fs/cgroup" + path)
+    raise AssertionError(f"no pids cgroup for pid {pid}")
+
+
 def _wait_status(client: SandboxClient, sandbox_id: str, status: str, within: float = 15):
     deadline = time.monotonic() + within
     while True:
@@ -105,8 +116,7 @@ def test_a_fork_bomb_is_contained_by_the_pids_limit(fresh_server):
     fresh_server.start("--pids-limit", "64")
     with SandboxClient(base_url=fresh_server.url) as client:
         sbx = client.create_sandbox(BUSYBOX_IMAGE)
-        container = _container(sbx.sandbox_id)["Id"]
-        pids_max = Path(f"/sys/fs/cgroup/pids/docker/{container}/pids.max")
+        pids_max = _pids_cgroup(_container(sbx.sandbox_id)["State"]["Pid"]) / "pids.max"
         job = sbx.start("bomb() { bomb | bomb & }; bomb; sleep 30", timeout=4)
         time.sleep(2)
         assert pids_max.read_text().strip() == "64"

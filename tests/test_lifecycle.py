@@ -124,3 +124,12 @@ def test_sandboxes_of_a_dead_agent_are_cleaned_or_served_again(fresh_server, ima
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
+
+
+def test_resources_name_the_backend_and_count_running_sandboxes(server, image):
+    with SandboxClient(base_url=server.url) as client:
+        client.create_sandbox(image)
+        resources = client.resources()
+    assert resources["backend"] == server.backend
+    assert resources["sandboxes_running"] >= 1 and resources["sandboxes_known"] >= 1
+    assert resources["cpu_count"] >= 1 and resources["memory_total_bytes"] > 0

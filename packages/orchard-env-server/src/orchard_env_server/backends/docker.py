@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from ..agent_client import unix_transport
 from ..records import AgentEndpoint, SandboxRecord, load_record, save_record
 from ..settings import Settings
 from .base import BackendError
@@ -42,6 +43,7 @@ from .docker_spec import (
 log = logging.getLogger("orchard_env_server")
 
 _SOCKET_PATH_MAX = 107  # sun_path, less the terminating NUL
+_INSPECT_EVERY_S = 3.0
 
 
 class DockerBackend:
@@ -166,9 +168,11 @@ class DockerBackend:
     async def wait_ready(self, record: SandboxRecord) -> None:
         container = record.backend_state["container_id"]
         assert record.agent is not None and record.agent.uds
-        transport = httpx.AsyncHTTPTransport(uds=record.agent.uds)
+        transport = unix_transport(record.agent.uds)
         async with httpx.AsyncClient(transport=transport, timeout=2.0) as http:
-            delay, next_inspect = 0.005, asyncio.get_running_loop().time() + 1.0
+            # The event stream reports a container that dies; inspecting is the fallback
+            # for when the stream is down, so it can be rare.
+            delay, next_inspect = 0.005, asyncio.get_running_loop().time() + _INSPECT_EVERY_S
             while True:
                 if container in self._dead:
                     raise BackendError(self._dead[container])
@@ -180,7 +184,7 @@ class DockerBackend:
                     why = await self._why_stopped(container)
                     if why:
                         raise BackendError(why)
-                    next_inspect += 1.0
+                    next_inspect += _INSPECT_EVERY_S
                 await asyncio.sleep(delay)
                 delay = min(delay * 1.5, 0.05)
 
