@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import attrs
@@ -109,7 +110,28 @@ def start_holder(spec: HolderSpec) -> Holder:
     if proc.stderr:
         proc.stderr.close()
     child_pid = int(json.loads(raw)["child-pid"])
+    _wait_for_root(child_pid, spec, proc)
     # The orchestrator does not wait() for holders; a double fork would hide them from
     # restarts, so instead they are reaped by pid when deleted (processes.kill_and_wait).
     proc.returncode = 0  # stop Popen's __del__ bookkeeping from warning about a live child
     return Holder(monitor_pid=proc.pid, pid=child_pid)
+
+
+
+def _wait_for_root(pid: int, spec: HolderSpec, proc: subprocess.Popen[bytes]) -> None:
+    """bwrap reports the child's pid before the child has built its mounts. Setup is done
+    when the child's root is the new one: its /workspace is the sandbox's workspace
+    directory (same inode; bwrap switches to the new root only after every mount)."""
+    want = os.stat(spec.workspace)
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        try:
+            got = os.stat(f"/proc/{pid}/root/workspace")
+            if (got.st_dev, got.st_ino) == (want.st_dev, want.st_ino):
+                return
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            raise RuntimeError("bwrap's sandbox exited during its setup")
+        time.sleep(0.0005)
+    raise RuntimeError(f"bwrap's sandbox (pid {pid}) did not finish its setup in 10 s")
