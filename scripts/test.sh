@@ -13,6 +13,8 @@ command -v bwrap >/dev/null || need_apt+=(bubblewrap)
 command -v patch >/dev/null || need_apt+=(patch)
 command -v git >/dev/null || need_apt+=(git)
 command -v nsenter >/dev/null || need_apt+=(util-linux)
+# SWE tasks run their tests with the sandbox's (the host's, on the local backend) python3.
+/usr/bin/python3 -c "import pytest" 2>/dev/null || need_apt+=(python3-pytest)
 if ((${#need_apt[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "missing system packages: ${need_apt[*]} (run as root, or install them)" >&2

@@ -117,7 +117,6 @@ def start_holder(spec: HolderSpec) -> Holder:
     return Holder(monitor_pid=proc.pid, pid=child_pid)
 
 
-
 def _wait_for_root(pid: int, spec: HolderSpec, proc: subprocess.Popen[bytes]) -> None:
     """bwrap reports the child's pid before the child has built its mounts. Setup is done
     when the child's root is the new one: its /workspace is the sandbox's workspace
