@@ -1,0 +1,167 @@
+"""``orchard-swe``: grade predictions, distil trajectories, run the offline demo."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from orchard_env_client import AsyncSandboxClient
+
+from .grading import STATUSES, GradeResult, grade
+from .model import ModelConfig
+from .tasks import BUILTIN, Task, TaskLoadError, load_tasks
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def _service_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=os.environ.get("ORCHARD_ENV_URL", DEFAULT_URL),
+                        help="the Orchard Env service (default: $ORCHARD_ENV_URL or :8000)")  # fmt: skip
+    parser.add_argument("--api-key", default=os.environ.get("ORCHARD_ENV_API_KEY"))
+    parser.add_argument("--image", default=None,
+                        help="sandbox image for repository tasks (default: host / orchard-test/debian)")  # fmt: skip
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="orchard-swe", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("grade", help="grade SWE-bench-format predictions")
+    g.add_argument("--tasks", default=BUILTIN, help="task file/dataset, or 'builtin'")
+    g.add_argument("--predictions", required=True, type=Path,
+                   help="SWE-bench predictions: a JSON list/dict or JSONL of "
+                        "{instance_id, model_patch, model_name_or_path}")  # fmt: skip
+    g.add_argument("--concurrency", type=int, default=4)
+    g.add_argument("--json", action="store_true", help="print a JSON list of outcomes")
+    _service_args(g)
+
+    d = sub.add_parser("distill", help="run a harness on tasks K times, grade, write JSONL")
+    d.add_argument("--tasks", default=BUILTIN)
+    d.add_argument("--ids", nargs="*", default=None, help="only these instance ids")
+    d.add_argument("--harness", choices=["mini", "tools"], required=True)
+    d.add_argument("--model", required=True)
+    d.add_argument(
+        "--base-url", default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1")
+    )
+    d.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                   help="environment variable holding the model endpoint's key")  # fmt: skip
+    d.add_argument("--concurrency", type=int, default=4)
+    d.add_argument("--attempts", type=int, default=1)
+    d.add_argument("--max-steps", type=int, default=30)
+    d.add_argument("--max-cost", type=float, default=3.0)
+    d.add_argument("--out", type=Path, required=True)
+    _service_args(d)
+
+    demo = sub.add_parser("demo", help="offline: both harnesses, scripted model, built-in tasks")
+    demo.add_argument("--out", type=Path, default=Path("orchard-swe-demo"))
+    demo.add_argument("--concurrency", type=int, default=4)
+    _service_args(demo)
+    return parser
+
+
+def read_predictions(path: Path) -> dict[str, str]:
+    """instance_id → model_patch, from SWE-bench's predictions formats."""
+    text = path.read_text(encoding="utf-8")
+    rows: Any
+    if path.suffix == ".jsonl":
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    else:
+        rows = json.loads(text)
+    if isinstance(rows, dict):
+        if all(isinstance(v, dict) for v in rows.values()):
+            rows = [{"instance_id": k, **v} for k, v in rows.items()]
+        else:
+            raise ValueError(f"{path}: a dict of predictions must map ids to objects")
+    out: dict[str, str] = {}
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row, dict) or not isinstance(row.get("instance_id"), str):
+            raise ValueError(f"{path}: prediction {number} has no instance_id")
+        patch = row.get("model_patch")
+        out[row["instance_id"]] = patch if isinstance(patch, str) else ""
+    return out
+
+
+async def grade_all(
+    url: str, api_key: str | None, tasks: list[Task], predictions: dict[str, str],
+    concurrency: int, image: str | None,
+) -> list[GradeResult]:  # fmt: skip
+    gate = asyncio.Semaphore(max(1, concurrency))
+    async with AsyncSandboxClient(base_url=url, api_key=api_key) as client:
+        backend = (await client.health()).backend
+
+        async def one(task: Task) -> GradeResult:
+            async with gate:
+                return await grade(client, task, predictions[task.instance_id],
+                                   backend=backend, default_image=image)  # fmt: skip
+
+        return list(await asyncio.gather(*(one(t) for t in tasks)))
+
+
+def print_grades(results: list[GradeResult], console: Console) -> None:
+    table = Table(title="grading")
+    for col in ("instance", "status", "F2P passed", "P2P passed", "note"):
+        table.add_column(col)
+    for r in results:
+        f2p, p2p = r.fail_to_pass, r.pass_to_pass
+        table.add_row(
+            r.instance_id, r.status,
+            f"{len(f2p.get('success', []))}/{len(f2p.get('success', [])) + len(f2p.get('failure', []))}",
+            f"{len(p2p.get('success', []))}/{len(p2p.get('success', [])) + len(p2p.get('failure', []))}",
+            (r.error or r.apply_method or "")[:60],
+        )  # fmt: skip
+    console.print(table)
+    counts = {s: sum(1 for r in results if r.status == s) for s in STATUSES}
+    console.print(", ".join(f"{s}: {n}" for s, n in counts.items() if n))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    console = Console(stderr=True)
+    try:
+        if args.command == "grade":
+            predictions = read_predictions(args.predictions)
+            tasks = load_tasks(args.tasks, ids=list(predictions))
+            results = asyncio.run(grade_all(args.url, args.api_key, tasks, predictions,
+                                            args.concurrency, args.image))  # fmt: skip
+            if args.json:
+                print(json.dumps([r.to_dict() for r in results], indent=2))
+            else:
+                print_grades(results, console)
+            return 0
+        if args.command == "distill":
+            from .distill import DistillConfig, distill
+
+            tasks = load_tasks(args.tasks, ids=args.ids)
+            model = ModelConfig(model=args.model, base_url=args.base_url,
+                                api_key_env=args.api_key_env)  # fmt: skip
+            config = DistillConfig(harness=args.harness, model=model, out_dir=args.out,
+                                   attempts=args.attempts, concurrency=args.concurrency,
+                                   max_steps=args.max_steps, max_cost=args.max_cost,
+                                   default_image=args.image)  # fmt: skip
+
+            async def run() -> dict[str, Any]:
+                async with AsyncSandboxClient(base_url=args.url, api_key=args.api_key) as c:
+                    return await distill(c, tasks, config)
+
+            print(json.dumps(asyncio.run(run()), indent=2))
+            return 0
+        if args.command == "demo":
+            from .demo import run_demo
+
+            return run_demo(args.url, args.api_key, args.out, args.concurrency, args.image, console)
+    except (TaskLoadError, FileNotFoundError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

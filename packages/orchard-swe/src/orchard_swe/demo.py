@@ -1,0 +1,117 @@
+"""``orchard-swe demo``: the whole data-collection path offline, on the built-in tasks.
+
+Both harnesses run against real sandboxes with two scripted models served by a local
+OpenAI-compatible endpoint: one replays each task's gold fix, one submits at once without
+changing anything. Everything is graded the SWE-bench way. Expected: gold 100% resolved,
+empty 0%. Needs an Orchard Env service; if none answers at ``--url``, one is started
+(``orchard-env serve`` on the embedded local backend) for the demo's duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from orchard_env_client import AsyncSandboxClient
+
+from .distill import DistillConfig, Harness, distill
+from .model import ModelConfig
+from .replay import ScriptedModelServer, empty_script, gold_script
+from .tasks import BUILTIN, load_tasks
+
+HARNESSES: tuple[Harness, ...] = ("tools", "mini")
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url.rstrip("/") + "/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextlib.contextmanager
+def service(url: str, console: Console) -> Iterator[str]:
+    """The service at ``url``, or a temporary local one when nothing answers there."""
+    if _answers(url):
+        yield url
+        return
+    exe = shutil.which("orchard-env")
+    if exe is None:
+        raise RuntimeError(f"no Orchard Env service at {url}, and `orchard-env` is not installed")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory(prefix="orchard-swe-demo-") as state:
+        console.print(f"no service at {url}: starting `orchard-env serve` on port {port}")
+        proc = subprocess.Popen(
+            [exe, "serve", "--port", str(port), "--state-dir", f"{state}/s"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        own = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while not _answers(own):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the demo's own orchard-env service did not start")
+                time.sleep(0.1)
+            yield own
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+async def _run_all(
+    url: str, api_key: str | None, out: Path, concurrency: int, image: str | None
+) -> dict[tuple[str, str], dict[str, Any]]:
+    tasks = load_tasks(BUILTIN)
+    summaries: dict[tuple[str, str], dict[str, Any]] = {}
+    async with AsyncSandboxClient(base_url=url, api_key=api_key) as client:
+        for harness in HARNESSES:
+            for kind in ("gold", "empty"):
+                with ScriptedModelServer() as server:
+                    for task in tasks:
+                        script = gold_script(task.patch, harness) if kind == "gold" else (
+                            empty_script(harness))  # fmt: skip
+                        server.add(task.instance_id, script)
+                    config = DistillConfig(
+                        harness=harness,
+                        model=ModelConfig(model=f"scripted-{kind}", base_url=server.base_url),
+                        out_dir=out / f"{harness}-{kind}",
+                        concurrency=concurrency,
+                        default_image=image,
+                    )
+                    summaries[(harness, kind)] = await distill(client, tasks, config)
+    return summaries
+
+
+def run_demo(
+    url: str, api_key: str | None, out: Path, concurrency: int, image: str | None,
+    console: Console,
+) -> int:  # fmt: skip
+    """Run the demo; 0 when gold resolves every task and empty none, else 1."""
+    with service(url, console) as live:
+        summaries = asyncio.run(_run_all(live, api_key, out, concurrency, image))
+    table = Table(title=f"orchard-swe demo: built-in tasks, trajectories in {out}/")
+    for col in ("harness", "model", "attempts", "resolved", "rate", "verify status"):
+        table.add_column(col)
+    ok = True
+    for (harness, kind), s in summaries.items():
+        table.add_row(harness, f"scripted-{kind}", str(s["attempts"]), str(s["resolved"]),
+                      f"{s['resolved_rate']:.0%}", str(s["verify_status"]))  # fmt: skip
+        expected = 1.0 if kind == "gold" else 0.0
+        ok = ok and s["attempts"] > 0 and s["resolved_rate"] == expected
+    console.print(table)
+    console.print("[green]as expected[/green]" if ok else "[red]unexpected results[/red]")
+    return 0 if ok else 1
