@@ -7,9 +7,11 @@ the holder itself costs about a megabyte.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -110,7 +112,14 @@ def start_holder(spec: HolderSpec) -> Holder:
     if proc.stderr:
         proc.stderr.close()
     child_pid = int(json.loads(raw)["child-pid"])
-    _wait_for_root(child_pid, spec, proc)
+    try:
+        _wait_for_root(child_pid, spec, proc)
+    except RuntimeError:
+        # Nothing records this holder yet: kill it here or it outlives the failed create.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     # The orchestrator does not wait() for holders; a double fork would hide them from
     # restarts, so instead they are reaped by pid when deleted (processes.kill_and_wait).
     proc.returncode = 0  # stop Popen's __del__ bookkeeping from warning about a live child
