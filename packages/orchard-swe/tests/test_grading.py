@@ -73,3 +73,20 @@ def _tests_deleted(task: Task) -> str:
         "@@ -1,5 +0,0 @@\n"
         "-from calc import add\n-\n-\n-def test_add_positive():\n-    assert add(1, 2) == 3\n"
     )
+
+
+async def test_rollout_sandboxes_hold_no_history_to_read_the_answer_from(client, calc_task):
+    from orchard_swe.environment import prepare
+
+    sandbox, spec = await prepare(client, calc_task, hide_history=True)
+    try:
+        log = await sandbox.exec(
+            "git log --oneline --all | wc -l; git tag | wc -l", cwd=spec.repo_dir
+        )
+        assert log.stdout.split() == ["1", "0"]
+        shown = await sandbox.exec(f"git cat-file -t {calc_task.base_commit}", cwd=spec.repo_dir)
+        assert shown.exit_code != 0  # the original commit object is gone too
+        assert (await sandbox.exec("git status --porcelain", cwd=spec.repo_dir)).stdout == ""
+        assert "a > 0" in (await sandbox.download_content(f"{spec.repo_dir}/calc.py")).decode()
+    finally:
+        await sandbox.delete()

@@ -104,7 +104,7 @@ async def run_attempt(
     try:
         sandbox, spec = await prepare(
             client, task, backend=config.backend, default_image=config.default_image,
-            labels={"orchard-swe-role": "rollout"},
+            labels={"orchard-swe-role": "rollout"}, hide_history=True,
         )  # fmt: skip
     except Exception as exc:  # recorded as the attempt's result, never lost
         return _failed_trajectory(task, attempt, config, f"environment: {exc}")

@@ -30,6 +30,14 @@ from .tasks import Task
 WORKSPACE_REPO = "/workspace/repo"
 IMAGE_REPO = "/testbed"
 _IDENTITY = "-c user.name=orchard -c user.email=orchard@localhost"
+# One root commit with base_commit's tree; every other ref and object gone.
+_SQUASH = (
+    "git checkout -q --orphan orchard-base && git commit -q --allow-empty -m base "
+    "&& git remote | xargs -r -n 1 git remote remove "
+    "&& git for-each-ref --format='%(refname)' | grep -v '^refs/heads/orchard-base$' "
+    "| sed 's/^/delete /' | git update-ref --no-deref --stdin "
+    "&& git reflog expire --expire=now --all && git gc -q --prune=now"
+)
 
 
 class PrepareError(RuntimeError):
@@ -97,8 +105,14 @@ async def prepare(
     default_image: str | None = None,
     install_timeout: float = 1800,
     labels: dict[str, str] | None = None,
+    hide_history: bool = False,
 ) -> tuple[AsyncSandbox, EnvironmentSpec]:
     """A new sandbox holding the task's repository at ``base_commit``, installed.
+
+    With ``hide_history`` (what rollouts use) a cloned repository keeps only the tree of
+    ``base_commit`` as a single root commit: no parents, branches, tags or other tasks'
+    commits an agent could read the answer from (a built-in task's bug is its base
+    commit's own change). Grading keeps the full clone.
 
     The caller owns the sandbox (delete it when done). On failure the sandbox is deleted and
     PrepareError says which step failed.
@@ -114,6 +128,8 @@ async def prepare(
     try:
         if spec.repo_dir == WORKSPACE_REPO:
             await _clone(sandbox, task)
+            if hide_history:
+                await _run(sandbox, "hiding the repository's history", _SQUASH, WORKSPACE_REPO, 300)
         else:
             await _run(sandbox, "checking the image's repository",
                        f"git -C {spec.repo_dir} rev-parse HEAD", "/", 60)  # fmt: skip
