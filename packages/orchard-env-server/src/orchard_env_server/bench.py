@@ -181,18 +181,25 @@ def _direct_agent(
     return None
 
 
-def print_latency(results: dict[str, Any], console: Console | None = None) -> None:
-    console = console or Console()
-    table = Table(title=f"exec round trip of {results['command']!r}, {results['runs']} runs")
+def _table(title: str, rows: list[tuple[str, dict[str, float]]], digits: int) -> Table:
+    table = Table(title=title)
     for col in ("path", "p50 ms", "p90 ms", "p99 ms", "mean ms"):
         table.add_column(col, justify="right" if col != "path" else "left")
+    for name, r in rows:
+        table.add_row(
+            name, *(f"{r[k]:.{digits}f}" for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms"))
+        )
+    return table
+
+
+def print_latency(results: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
     rows = [("orchard (client → server → agent)", results["orchard"])]
     if "agent_direct" in results:
         rows.append(("agent direct (no orchestrator)", results["agent_direct"]))
     rows.append((results["baseline_name"], results["baseline"]))
-    for name, r in rows:
-        table.add_row(name, *(f"{r[k]:.2f}" for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")))
-    console.print(table)
+    title = f"exec round trip of {results['command']!r}, {results['runs']} runs"
+    console.print(_table(title, rows, 2))
     console.print(f"ratio p50 orchard / baseline: {results['ratio_p50']:.2f}")
     if "orchestrator_overhead_p50_ms" in results:
         console.print(f"orchestrator adds {results['orchestrator_overhead_p50_ms']:.2f} ms at p50")
@@ -200,14 +207,10 @@ def print_latency(results: dict[str, Any], console: Console | None = None) -> No
 
 def print_create(results: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
-    table = Table(title=f"create → ready on {results['backend']}, {results['runs']} runs")
-    for col in ("path", "p50 ms", "p90 ms", "p99 ms", "mean ms"):
-        table.add_column(col, justify="right" if col != "path" else "left")
     rows = [("orchard create → first command", results["orchard"])]
     if "baseline" in results:
         rows.append((results["baseline_name"], results["baseline"]))
-    for name, r in rows:
-        table.add_row(name, *(f"{r[k]:.1f}" for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")))
-    console.print(table)
+    title = f"create → ready on {results['backend']}, {results['runs']} runs"
+    console.print(_table(title, rows, 1))
     if "ratio_p50" in results:
         console.print(f"ratio p50 orchard / baseline: {results['ratio_p50']:.2f}")

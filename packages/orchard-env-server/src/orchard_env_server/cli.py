@@ -11,6 +11,14 @@ from .backends import BACKENDS
 from .settings import Settings, parse_api_keys
 
 
+def _bench_options(parser: argparse.ArgumentParser, runs: int) -> None:
+    parser.add_argument("--url", default=None, help="an existing server (default: start one)")
+    parser.add_argument("--backend", default="local", choices=BACKENDS)
+    parser.add_argument("--image", default=None, help="default: host / orchard-test/debian")
+    parser.add_argument("--runs", type=int, default=runs)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="orchard-env", description="Orchard Env sandbox service")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -57,18 +65,10 @@ def _parser() -> argparse.ArgumentParser:
         dest="bench", required=True
     )
     latency = bench.add_parser("latency", help="exec round trip next to direct baselines")
-    latency.add_argument("--url", default=None, help="an existing server (default: start one)")
-    latency.add_argument("--backend", default="local", choices=BACKENDS)
-    latency.add_argument("--image", default=None, help="default: host / orchard-test/debian")
-    latency.add_argument("--runs", type=int, default=200)
+    _bench_options(latency, runs=200)
     latency.add_argument("--command", dest="cmd", default="true")
-    latency.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    create = bench.add_parser("create", help="create → ready next to a bare docker run")
-    create.add_argument("--url", default=None, help="an existing server (default: start one)")
-    create.add_argument("--backend", default="local", choices=BACKENDS)
-    create.add_argument("--image", default=None, help="default: host / orchard-test/debian")
-    create.add_argument("--runs", type=int, default=20)
-    create.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _bench_options(bench.add_parser("create", help="create → ready next to a bare docker run"),
+                   runs=20)  # fmt: skip
     serve.add_argument(
         "--access-log", action="store_true", help="one JSON line per request (request id, ms)"
     )
