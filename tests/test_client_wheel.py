@@ -34,5 +34,23 @@ def test_the_client_wheel_installs_and_imports_alone(tmp_path):
 def test_every_package_builds_as_its_own_wheel(tmp_path):
     subprocess.run(["uv", "build", "--all-packages", "--wheel", "-o", str(tmp_path)],
                    cwd=ROOT, check=True, capture_output=True)  # fmt: skip
-    names = sorted(p.name.split("-")[0] for p in tmp_path.glob("*.whl"))
-    assert names == ["orchard_env_agent", "orchard_env_client", "orchard_env_server"]
+    wheels = {p.name.split("-")[0]: p for p in tmp_path.glob("*.whl")}
+    assert sorted(wheels) == ["orchard_env_agent", "orchard_env_client", "orchard_env_server",
+                              "orchard_swe"]  # fmt: skip
+
+
+def test_the_swe_recipe_depends_on_the_client_and_never_on_the_server_or_agent(tmp_path):
+    import zipfile
+
+    subprocess.run(["uv", "build", "--package", "orchard-swe", "--wheel", "-o", str(tmp_path)],
+                   cwd=ROOT, check=True, capture_output=True)  # fmt: skip
+    wheel = next(tmp_path.glob("orchard_swe-*.whl"))
+    with zipfile.ZipFile(wheel) as zf:
+        meta = zf.read(next(n for n in zf.namelist() if n.endswith("METADATA"))).decode()
+        sources = [zf.read(n).decode() for n in zf.namelist() if n.endswith(".py")]
+        assert any(n.endswith("builtin/tasks.jsonl") for n in zf.namelist())
+    requires = [line.split(":", 1)[1].strip() for line in meta.splitlines()
+                if line.startswith("Requires-Dist:")]  # fmt: skip
+    assert any(r.startswith("orchard-env-client") for r in requires)
+    assert not any(r.startswith(("orchard-env-server", "orchard-env-agent")) for r in requires)
+    assert not any("orchard_env_server" in s or "orchard_env_agent" in s for s in sources)

@@ -15,12 +15,11 @@ from orchard_swe.trajectory import read_jsonl
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
 
+@pytest.mark.parametrize("server", ["local"], indirect=True)  # one backend is enough here
 @pytest.mark.parametrize("harness", ["tools", "mini"])
 async def test_a_real_model_drives_each_harness_to_a_graded_trajectory(
     client, server, tiny_llm, tmp_path, harness
 ):
-    if server.backend != "local":
-        pytest.skip("one backend is enough to exercise the model protocol")
     task = load_tasks("builtin")[0]
     model = ModelConfig(model="smollm2-135m", base_url=tiny_llm, max_tokens=48, max_retries=1)
     config = DistillConfig(harness=harness, model=model, out_dir=tmp_path, max_steps=2)
