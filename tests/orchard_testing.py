@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import socket
@@ -16,9 +17,34 @@ import pytest
 
 # The image each backend's tests use: the host's own root locally; on Docker, the Debian
 # test image built by infra/images/build (bash, git, python3 like the host).
-IMAGES = {"local": "host", "docker": "orchard-test/debian"}
+IMAGES = {"local": "host", "docker": "orchard-test/debian", "kubernetes": "orchard-test/debian"}
 BUSYBOX_IMAGE = "orchard-test/busybox"
-SETUP_HINT = "run `bash scripts/test.sh` once (it starts dockerd and builds the test images)"
+SETUP_HINT = (
+    "run `bash scripts/test.sh` once (it starts dockerd, builds the test images and brings "
+    "up the test cluster)"
+)
+CLUSTER_DIR = Path(os.environ.get("ORCHARD_TEST_CLUSTER_DIR", "/var/tmp/orchard-test-cluster"))
+
+
+def cluster_env() -> dict[str, str]:
+    """What infra/test-cluster/up wrote: KUBECONFIG, K8S_BIN, NODE_IP, ETCD_ENDPOINT, ..."""
+    lines = (CLUSTER_DIR / "env").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+def kubectl(*args: str, check: bool = True, timeout: float = 120) -> str:
+    """The test cluster's kubectl (tests use it to set up and to act behind the backend)."""
+    env = cluster_env()
+    argv = [f"{env['K8S_BIN']}/kubectl", "--kubeconfig", env["KUBECONFIG"], *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def ensure_namespace(name: str) -> None:
+    if not kubectl("get", "namespace", name, "--ignore-not-found", "-o", "name"):
+        kubectl("create", "namespace", name)
 
 
 def docker(*args: str, check: bool = True) -> str:
@@ -31,6 +57,14 @@ def docker(*args: str, check: bool = True) -> str:
 
 def require_backend(name: str) -> None:
     """Fail loudly, never skip, when a backend's engine or images are missing."""
+    if name == "kubernetes":
+        try:
+            kubectl("get", "--raw", "/readyz")
+        except (OSError, KeyError, RuntimeError, subprocess.TimeoutExpired) as exc:
+            raise RuntimeError(
+                f"the kubernetes backend's tests need the test cluster: {exc}; {SETUP_HINT}"
+            ) from exc
+        name = "docker"  # its images are the Docker engine's
     if name != "docker":
         return
     try:
@@ -45,7 +79,7 @@ def require_backend(name: str) -> None:
 
 def selected_backends() -> list[str]:
     """ORCHARD_TEST_BACKENDS narrows the backends for quick iteration; CI runs all."""
-    raw = os.environ.get("ORCHARD_TEST_BACKENDS", "local,docker")
+    raw = os.environ.get("ORCHARD_TEST_BACKENDS", "local,docker,kubernetes")
     return [b.strip() for b in raw.split(",") if b.strip()]
 
 
@@ -58,7 +92,16 @@ def only_backend(name: str) -> pytest.MarkDecorator:
 
 
 def leftovers(server: RunningServer) -> list[str]:
-    """What a server left running for its state dir: processes (local) or containers."""
+    """What a server left running for its state dir: processes (local), containers or pods."""
+    if server.backend == "kubernetes":
+        kinds = "pods,secrets,networkpolicies"
+        selector = "orchard.dev/role"
+        deadline = time.monotonic() + 60  # deleted pods take a few seconds to go
+        while True:
+            names = kubectl("-n", server.namespace, "get", kinds, "-l", selector, "-o", "name")
+            if not names or time.monotonic() > deadline:
+                return names.split()
+            time.sleep(0.5)
     if server.backend == "docker":
         id_file = server.state_dir / "docker" / "orchestrator-id"
         if not id_file.exists():
@@ -81,6 +124,21 @@ def leftovers(server: RunningServer) -> list[str]:
     return found
 
 
+def backend_is_slow(server: RunningServer) -> bool:
+    """Backends whose sandboxes are rarely ready within the create call's half second."""
+    return server.backend == "kubernetes"
+
+
+def create_ready(url: str, body: dict[str, object]) -> dict[str, object]:
+    """POST /sandboxes, then wait for it when the backend answered ``pending`` (pods take
+    a few seconds; local and Docker sandboxes are usually ready in the answer)."""
+    created: dict[str, object] = httpx.post(f"{url}/sandboxes", json=body).json()
+    if created.get("status") == "pending":
+        waited = httpx.get(f"{url}/sandboxes/{created['sandbox_id']}/wait", timeout=90)
+        created = waited.json()
+    return created
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -97,6 +155,13 @@ class RunningServer:
     port: int = attrs.Factory(free_port)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    namespace: str = "orchard-test"  # kubernetes: where its sandbox pods go
+
+    def __attrs_post_init__(self) -> None:
+        if self.backend == "kubernetes" and self.namespace == "orchard-test":
+            # One namespace per server, so leftovers are its own; restarts keep it.
+            digest = hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:10]
+            self.namespace = f"orchard-test-{digest}"
 
     @property
     def image(self) -> str:
@@ -116,6 +181,13 @@ class RunningServer:
             "--backend", self.backend, "--port", str(self.port),
             "--state-dir", str(self.state_dir), *extra,
         ]  # fmt: skip
+        if self.backend == "kubernetes":
+            ensure_namespace(self.namespace)
+            argv += [
+                "--kubeconfig", cluster_env()["KUBECONFIG"], "--namespace", self.namespace,
+                "--image-pull-policy", "Never",  # nothing may be pulled here
+                "--delete-sandboxes-on-exit",  # like the other backends, for leftovers()
+            ]  # fmt: skip
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env)
         deadline = time.monotonic() + 60

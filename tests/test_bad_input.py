@@ -7,14 +7,14 @@ import time
 import httpx
 import pytest
 
-from orchard_testing import RunningServer
+from orchard_testing import RunningServer, create_ready
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def sid(server, image):
-    body = httpx.post(f"{server.url}/sandboxes", json={"image": image}).json()
+    body = create_ready(server.url, {"image": image})
     yield body["sandbox_id"]
     httpx.delete(f"{server.url}/sandboxes/{body['sandbox_id']}")
 
@@ -90,7 +90,7 @@ def test_an_oversized_upload_is_413_and_writes_nothing(backend, image, tmp_path)
     srv = RunningServer(backend=backend, state_dir=tmp_path / "s")
     srv.start("--max-upload-bytes", "1000")
     try:
-        sid = httpx.post(f"{srv.url}/sandboxes", json={"image": image}).json()["sandbox_id"]
+        sid = create_ready(srv.url, {"image": image})["sandbox_id"]
         url = f"{srv.url}/sandboxes/{sid}/fs"
         response = httpx.put(url, params={"path": "/workspace/big"}, content=b"x" * 5000)
         assert response.status_code == 413 and response.json()["code"]

@@ -51,6 +51,21 @@ def _parser() -> argparse.ArgumentParser:
         "--agent-bundle", type=Path, default=None, help="bind this bundle dir instead of the image"
     )
     docker.add_argument("--pids-limit", type=int, default=None, help="per sandbox (default 1024)")
+    kube = serve.add_argument_group("kubernetes backend")
+    kube.add_argument(
+        "--kubeconfig", type=Path, default=None,
+        help="default: the in-cluster config in a pod, else $KUBECONFIG or ~/.kube/config",
+    )  # fmt: skip
+    kube.add_argument(
+        "--namespace", default=None, help="for sandbox pods (default orchard-sandboxes)"
+    )
+    kube.add_argument(
+        "--image-pull-policy", default=None, choices=["IfNotPresent", "Never", "Always"],
+        help="of sandbox and injector images (default IfNotPresent)",
+    )  # fmt: skip
+    kube.add_argument(
+        "--orchestrator-id", default=None, help="labels the sandboxes it creates (default hostname)"
+    )
     serve.add_argument("--max-inflight", type=int, default=None, help="503 beyond this many")
     serve.add_argument("--max-output-bytes", type=int, default=None, help="per stream, per job")
     serve.add_argument("--max-upload-bytes", type=int, default=None)
@@ -58,7 +73,15 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--keep-sandboxes",
         action="store_true",
-        help="leave sandboxes running on shutdown, for the next start to adopt",
+        default=None,
+        help="leave sandboxes running on shutdown, for the next start to adopt "
+        "(the default on kubernetes, where sandboxes belong to the cluster)",
+    )
+    serve.add_argument(
+        "--delete-sandboxes-on-exit",
+        dest="keep_sandboxes",
+        action="store_false",
+        help="delete this process's sandboxes on shutdown (the default on local and docker)",
     )
     serve.add_argument("--log-level", default="info")
     bench = sub.add_parser("bench", help="measure the service").add_subparsers(
@@ -90,11 +113,15 @@ def serve(args: argparse.Namespace) -> int:
         "max_output_bytes": args.max_output_bytes,
         "max_upload_bytes": args.max_upload_bytes,
         "default_ttl_seconds": args.default_ttl,
-        "keep_sandboxes_on_exit": args.keep_sandboxes or None,
+        "keep_sandboxes_on_exit": args.keep_sandboxes,
         "docker_host": args.docker_host,
         "agent_image": args.agent_image,
         "agent_bundle": args.agent_bundle,
         "pids_limit": args.pids_limit,
+        "kubeconfig": args.kubeconfig,
+        "namespace": args.namespace,
+        "image_pull_policy": args.image_pull_policy,
+        "orchestrator_id": args.orchestrator_id,
     }
     if args.api_keys is not None:
         overrides["api_keys"] = parse_api_keys(args.api_keys)

@@ -37,6 +37,7 @@ class SandboxService:
 
     # -- start and stop -------------------------------------------------------------
     async def start(self) -> None:
+        self.backend.attach(self)
         for record in await self.backend.start():
             record.mark("ready")
             record.touch()
@@ -52,7 +53,26 @@ class SandboxService:
                 await self._reaper
         for task in list(self._tasks):
             task.cancel()
-        await self.backend.close(delete_sandboxes=not self.settings.keep_sandboxes_on_exit)
+        keep = self.settings.keep_sandboxes_on_exit
+        if keep is None:
+            keep = self.backend.sandboxes_outlive_orchestrator
+        await self.backend.close(delete_sandboxes=not keep)
+
+    # -- sandboxes the backend found on its own ---------------------------------------
+    def discovered(self, record: SandboxRecord) -> None:
+        """A sandbox another replica (or an earlier run) created: serve it too."""
+        if record.sandbox_id not in self._records:
+            record.touch()
+            self._records[record.sandbox_id] = record
+            metrics.SANDBOXES.set(len(self._records))
+
+    def lost(self, sandbox_id: str, reason: str) -> None:
+        """Deleted behind this process's back: report ``terminated`` until forgotten."""
+        record = self._records.get(sandbox_id)
+        if record is not None and record.status != "terminated":
+            record.mark("terminated", reason)
+            if self._agents is not None:
+                self._spawn(self._agents.forget(record.agent))
 
     # -- lookup ---------------------------------------------------------------------
     def get(self, tenant: str, sandbox_id: str) -> SandboxRecord:
@@ -127,6 +147,7 @@ class SandboxService:
         else:
             if record.status == "pending":
                 record.mark("ready")
+                record.touch()  # the idle clock starts when the sandbox can be used
                 metrics.CREATE_SECONDS.observe(time.monotonic() - started)
         if record.status == "failed":
             metrics.CREATE_FAILURES.inc()
@@ -191,7 +212,7 @@ class SandboxService:
         now_wall, now = time.time(), time.monotonic()
         for record in list(self._records.values()):
             reason: str | None = None
-            if record.status == "failed":
+            if record.status in ("failed", "terminated"):
                 if (
                     record.finished_at
                     and now - record.finished_at > self.settings.failed_retention_s
@@ -201,7 +222,8 @@ class SandboxService:
             if record.expires_at is not None and now_wall >= record.expires_at:
                 reason = f"ttl of {record.ttl_seconds:g} s reached"
             elif (
-                record.idle_timeout_seconds is not None
+                record.status == "ready"  # a sandbox still starting is not idle
+                and record.idle_timeout_seconds is not None
                 and now - record.last_active >= record.idle_timeout_seconds
             ):
                 reason = f"idle for {record.idle_timeout_seconds:g} s"

@@ -51,7 +51,7 @@ class Settings:
     max_json_file_bytes: int = 64 << 20
     reaper_interval_s: float = 1.0
     failed_retention_s: float = 300.0
-    keep_sandboxes_on_exit: bool = False
+    keep_sandboxes_on_exit: bool | None = None  # None: the backend's default
     default_ttl_seconds: float | None = None
     # Docker backend
     docker_host: str | None = None  # default: $DOCKER_HOST, else the local socket
@@ -59,6 +59,11 @@ class Settings:
     agent_bundle: Path | None = None  # or: bind this agent bundle directory read-only
     pids_limit: int = 1024  # per sandbox container
     docker_network: str = "bridge"  # for sandboxes with block_network=false
+    # Kubernetes backend
+    kubeconfig: Path | None = None  # default: in-cluster config in a pod, else $KUBECONFIG
+    namespace: str = "orchard-sandboxes"  # where sandbox pods live
+    image_pull_policy: str = "IfNotPresent"  # of sandbox and injector images
+    orchestrator_id: str | None = None  # labels sandboxes with their creator; default hostname
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -74,5 +79,13 @@ class Settings:
             values["agent_image"] = os.environ["ORCHARD_ENV_AGENT_IMAGE"]
         if os.environ.get("ORCHARD_ENV_AGENT_BUNDLE"):
             values["agent_bundle"] = Path(os.environ["ORCHARD_ENV_AGENT_BUNDLE"])
+        for name, env in (
+            ("kubeconfig", "ORCHARD_ENV_KUBECONFIG"),
+            ("namespace", "ORCHARD_ENV_NAMESPACE"),
+            ("image_pull_policy", "ORCHARD_ENV_IMAGE_PULL_POLICY"),
+            ("orchestrator_id", "ORCHARD_ENV_ORCHESTRATOR_ID"),
+        ):
+            if os.environ.get(env):
+                values[name] = Path(os.environ[env]) if name == "kubeconfig" else os.environ[env]
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from ..settings import Settings
-from .base import Backend, BackendError
+from .base import Backend, BackendError, SandboxRegistry
 
-__all__ = ["BACKENDS", "Backend", "BackendError", "make_backend"]
+__all__ = ["BACKENDS", "Backend", "BackendError", "SandboxRegistry", "make_backend"]
 
-BACKENDS = ("local", "docker")
+BACKENDS = ("local", "docker", "kubernetes")
 
 
 def make_backend(settings: Settings) -> Backend:
@@ -20,4 +20,10 @@ def make_backend(settings: Settings) -> Backend:
         from .docker import DockerBackend
 
         return DockerBackend(settings)
+    if settings.backend == "kubernetes":
+        try:
+            from .kubernetes import KubernetesBackend
+        except ImportError as exc:  # pragma: no cover - the dependency is declared
+            raise ValueError(f"the kubernetes backend needs the kubernetes package: {exc}") from exc
+        return KubernetesBackend(settings)
     raise ValueError(f"unknown backend {settings.backend!r} (available: {', '.join(BACKENDS)})")

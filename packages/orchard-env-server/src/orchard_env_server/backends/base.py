@@ -11,10 +11,26 @@ class BackendError(Exception):
     """A sandbox could not be provisioned or has died; the message says why."""
 
 
+class SandboxRegistry(Protocol):
+    """What a backend that learns of sandboxes on its own (other replicas' pods) tells."""
+
+    def discovered(self, record: SandboxRecord) -> None:
+        """A sandbox this process did not create; its status is set already."""
+
+    def lost(self, sandbox_id: str, reason: str) -> None:
+        """A sandbox removed behind this process's back: it is ``terminated`` now."""
+
+
 class Backend(Protocol):
     """Owns the machinery behind sandboxes: processes, containers or pods."""
 
     name: str
+    # True where sandboxes belong to something bigger than one orchestrator process (a
+    # cluster shared by replicas): stopping the process then leaves them running.
+    sandboxes_outlive_orchestrator: bool
+
+    def attach(self, registry: SandboxRegistry) -> None:
+        """Called before ``start`` with the service, for backends that discover sandboxes."""
 
     async def start(self) -> list[SandboxRecord]:
         """Connect to the engine; return the sandboxes found again from an earlier run."""

@@ -28,7 +28,7 @@ import httpx
 from ..agent_client import unix_transport
 from ..records import AgentEndpoint, SandboxRecord, load_record, save_record
 from ..settings import Settings
-from .base import BackendError
+from .base import BackendError, SandboxRegistry
 from .docker_api import DockerEngine, EngineError
 from .docker_injection import AgentMount, prepare_agent_mount
 from .docker_spec import (
@@ -50,6 +50,7 @@ class DockerBackend:
     """Sandboxes as containers on a Docker engine."""
 
     name = "docker"
+    sandboxes_outlive_orchestrator = False
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
@@ -62,6 +63,9 @@ class DockerBackend:
         self._dead: dict[str, str] = {}  # container id → why it stopped
         self._watcher: asyncio.Task[None] | None = None
         self._engine_error: str | None = None
+
+    def attach(self, registry: SandboxRegistry) -> None:
+        """Every sandbox here is one this process made or found on start: nothing to tell."""
 
     # -- start / stop ---------------------------------------------------------------
     async def start(self) -> list[SandboxRecord]:

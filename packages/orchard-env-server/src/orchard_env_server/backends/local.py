@@ -21,7 +21,7 @@ from typing import Any
 
 from ..records import AgentEndpoint, SandboxRecord, load_record, save_record
 from ..settings import Settings
-from .base import BackendError
+from .base import BackendError, SandboxRegistry
 from .bubblewrap import HolderSpec, bwrap_usable, start_holder
 from .local_agent import LocalAgent
 from .processes import is_alive, kill_and_wait, start_time
@@ -37,6 +37,7 @@ class LocalBackend:
     """Sandboxes as bubblewrap namespaces (or plain directories) on the local machine."""
 
     name = "local"
+    sandboxes_outlive_orchestrator = False
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
@@ -50,6 +51,9 @@ class LocalBackend:
         # Holder starts block on bwrap's setup (~10 ms each); the default pool of a few
         # threads would queue a burst of creates behind each other.
         self._spawner = ThreadPoolExecutor(max_workers=32, thread_name_prefix="orchard-holder")
+
+    def attach(self, registry: SandboxRegistry) -> None:
+        """Every sandbox here is one this process made or found on start: nothing to tell."""
 
     # -- start / stop ---------------------------------------------------------------
     async def start(self) -> list[SandboxRecord]:

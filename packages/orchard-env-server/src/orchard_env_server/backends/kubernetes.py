@@ -1,0 +1,397 @@
+"""The Kubernetes backend: one Pod per sandbox, served straight at its pod IP.
+
+Nothing about a sandbox lives only in this process. The pod carries the record (labels and
+a JSON annotation), a Secret the token; two watchers (LIST then WATCH, pods and token
+Secrets of the namespace) keep every replica's view current, so any replica, or a
+restarted one, serves any sandbox. Readiness comes from the watcher (the pod's Ready
+condition, which the agent's readiness probe drives): ``wait_ready`` waits on an event.
+
+Exec and file traffic go from the orchestrator to ``podIP:7000``; the API server sees
+only create, delete and the watches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import datetime
+import logging
+import secrets
+import socket
+import time
+from typing import Any
+
+from ..errors import conflict
+from ..quantities import parse_cpu, parse_memory
+from ..records import AgentEndpoint, SandboxRecord
+from ..settings import Settings
+from .base import BackendError, SandboxRegistry
+from .kubernetes_api import KubeApi, KubeError, load_configuration
+from .kubernetes_spec import (
+    AGENT_PORT,
+    ANNOTATION_LAST_ACTIVE,
+    LABEL_ORCHESTRATOR,
+    SANDBOX_SELECTOR,
+    TOKEN_KEY,
+    TOKEN_SELECTOR,
+    label_value,
+    network_policy_manifest,
+    object_name,
+    owner_reference,
+    pod_manifest,
+    record_from_pod,
+    secret_manifest,
+)
+from .kubernetes_status import PodView, view_pod
+
+log = logging.getLogger("orchard_env_server")
+
+_SYNC_TIMEOUT_S = 30.0
+_MAINTENANCE_EVERY_S = 5.0
+_ORPHAN_GRACE_S = 60.0  # a token Secret whose pod has not appeared by then is garbage
+
+
+class KubernetesBackend:
+    """Sandboxes as pods in one namespace of a Kubernetes cluster."""
+
+    name = "kubernetes"
+    sandboxes_outlive_orchestrator = True  # they belong to the cluster, not to a replica
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._orchestrator = settings.orchestrator_id or socket.gethostname()
+        self._api: KubeApi | None = None
+        self._registry: SandboxRegistry | None = None
+        self._records: dict[str, SandboxRecord] = {}  # by pod name
+        self._tokens: dict[str, str] = {}  # pod name → agent token
+        self._creating: dict[str, asyncio.Future[None]] = {}  # pod name → readiness
+        self._dead: dict[str, str] = {}  # pod name → why it stopped serving
+        self._doomed: set[str] = set()  # deletions to retry while the API is unreachable
+        self._published: dict[str, float] = {}  # pod name → last-active last published
+        self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[None]] = set()
+        self._pods: Any = None
+        self._secrets: Any = None
+
+    def attach(self, registry: SandboxRegistry) -> None:
+        self._registry = registry
+
+    @property
+    def api(self) -> KubeApi:
+        assert self._api is not None, "start() first"
+        return self._api
+
+    # -- start / stop ---------------------------------------------------------------
+    async def start(self) -> list[SandboxRecord]:
+        from .kubernetes_watch import ResourceWatcher
+
+        namespace = self._settings.namespace
+        self._api = KubeApi(load_configuration(self._settings.kubeconfig), namespace)
+        try:
+            exists = await self.api.namespace_exists()
+        except KubeError as exc:
+            raise BackendError(
+                f"cannot use the Kubernetes API at {self.api.server}: {exc}"
+            ) from exc
+        if exists is False:
+            raise BackendError(
+                f"namespace {namespace!r} does not exist: create it (kubectl create namespace "
+                f"{namespace}) or apply infra/k8s, or pick another with --namespace"
+            )
+        self._secrets = ResourceWatcher(
+            self.api, "secrets", TOKEN_SELECTOR, self._on_secret, self._on_secret_gone
+        )
+        self._pods = ResourceWatcher(
+            self.api, "pods", SANDBOX_SELECTOR, self._on_pod, self._on_pod_gone
+        )
+        # Tokens first, so pods found on the first listing are served at once.
+        for watcher in (self._secrets, self._pods):
+            self._tasks.append(
+                asyncio.create_task(watcher.run_forever(), name=f"k8s-{watcher.kind}")
+            )
+            try:
+                await asyncio.wait_for(watcher.synced.wait(), _SYNC_TIMEOUT_S)
+            except TimeoutError:
+                await self.close(delete_sandboxes=False)
+                raise BackendError(
+                    f"could not list {watcher.kind} in namespace {namespace!r} within "
+                    f"{_SYNC_TIMEOUT_S:g} s: {watcher.error}"
+                ) from None
+        self._tasks.append(asyncio.create_task(self._maintain_forever(), name="k8s-maintenance"))
+        log.info("kubernetes backend: %s, namespace %s, %d sandboxes found",
+                 self.api.server, namespace, len(self._records))  # fmt: skip
+        return []  # found sandboxes reach the service through the registry
+
+    async def close(self, *, delete_sandboxes: bool) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if delete_sandboxes and self._api is not None:
+            mine = [
+                r
+                for r in self._records.values()
+                if r.backend_state.get("orchestrator") == label_value(self._orchestrator)
+            ]
+            await asyncio.gather(*(self.delete(r) for r in mine), return_exceptions=True)
+        if self._api is not None:
+            self._api.close()
+
+    # -- create / ready / delete ----------------------------------------------------
+    async def create(self, record: SandboxRecord) -> None:
+        name = object_name(record.sandbox_id)
+        pod = pod_manifest(record, self._settings, self._orchestrator)  # BackendError on bad input
+        token = secrets.token_urlsafe(24)
+        try:
+            await self.api.create("secrets", secret_manifest(record, self._orchestrator, token))
+        except KubeError as exc:
+            if exc.status == 409:
+                raise conflict(
+                    f"sandbox id {record.sandbox_id!r} is taken", "sandbox_exists"
+                ) from exc
+            raise self._create_error(exc) from exc
+        record.backend_state = {"pod": name, "orchestrator": label_value(self._orchestrator)}
+        self._tokens[name] = token
+        self._records[name] = record
+        self._creating[name] = asyncio.get_running_loop().create_future()
+        try:
+            if record.block_network:
+                await self.api.create(
+                    "networkpolicies", network_policy_manifest(record, self._orchestrator)
+                )
+            created = await self.api.create("pods", pod)
+        except KubeError as exc:
+            await self.delete(record)
+            raise self._create_error(exc) from exc
+        self._spawn(self._adopt_children(created, record.block_network))
+
+    def _create_error(self, exc: KubeError) -> BackendError:
+        if exc.not_found:
+            return BackendError(f"namespace {self.api.namespace!r} does not exist ({exc})")
+        if exc.status == 403:
+            return BackendError(f"the orchestrator may not create sandboxes here: {exc}")
+        if exc.status in (400, 422):
+            return BackendError(f"the cluster rejected the sandbox: {exc}")
+        return BackendError(f"cannot create the sandbox's pod: {exc}")
+
+    async def _adopt_children(self, pod: dict[str, Any], with_policy: bool) -> None:
+        """Make the pod own its Secret (and policy), so deleting the pod by any means,
+        even with no orchestrator running, lets the garbage collector remove them."""
+        name = pod["metadata"]["name"]
+        patch = {"metadata": {"ownerReferences": [owner_reference(pod)]}}
+        kinds = ["secrets", "networkpolicies"] if with_policy else ["secrets"]
+        for kind in kinds:
+            with contextlib.suppress(KubeError):
+                await self.api.patch(kind, name, patch)
+
+    async def wait_ready(self, record: SandboxRecord) -> None:
+        name = record.backend_state["pod"]
+        future = self._creating.get(name)
+        if future is None:
+            raise BackendError("the sandbox's pod is gone")
+        pod = self._pods.objects.get(name)
+        if pod is not None:
+            self._settle(name, record, view_pod(pod))
+        try:
+            await asyncio.shield(future)
+        finally:
+            self._creating.pop(name, None)
+
+    async def delete(self, record: SandboxRecord) -> None:
+        name = record.backend_state.get("pod")
+        if not name:
+            return  # nothing was created
+        self._forget(name, BackendError("the sandbox was deleted"))
+        if not await self._delete_objects(name, record.block_network):
+            self._doomed.add(name)
+
+    async def _delete_objects(self, name: str, with_policy: bool = True) -> bool:
+        """Delete the pod, its Secret and policy; False when the API could not be reached."""
+        try:
+            await self.api.delete("pods", name)
+            await self.api.delete("secrets", name)
+            if with_policy:
+                await self.api.delete("networkpolicies", name)
+        except KubeError as exc:
+            log.warning("could not delete sandbox objects %s (will retry): %s", name, exc)
+            return False
+        self._doomed.discard(name)
+        return True
+
+    def _forget(self, name: str, why: BackendError) -> SandboxRecord | None:
+        record = self._records.pop(name, None)
+        self._tokens.pop(name, None)
+        self._dead.pop(name, None)
+        self._published.pop(name, None)
+        future = self._creating.pop(name, None)
+        if future is not None and not future.done():
+            future.set_exception(why)
+            future.exception()  # retrieved: nobody may be waiting any more
+        return record
+
+    async def check(self, record: SandboxRecord) -> str | None:
+        return self._dead.get(record.backend_state.get("pod", ""))
+
+    # -- what the watchers report ---------------------------------------------------
+    def _on_secret(self, secret: dict[str, Any]) -> None:
+        name = secret["metadata"]["name"]
+        raw = (secret.get("data") or {}).get(TOKEN_KEY)
+        if raw:
+            self._tokens[name] = base64.b64decode(raw).decode()
+        pod = self._pods.objects.get(name) if self._pods is not None else None
+        if pod is not None:
+            self._on_pod(pod)
+
+    def _on_secret_gone(self, secret: dict[str, Any]) -> None:
+        name = secret["metadata"]["name"]
+        if name not in self._records:
+            self._tokens.pop(name, None)
+
+    def _on_pod(self, pod: dict[str, Any]) -> None:
+        view = view_pod(pod)
+        record = self._records.get(view.name)
+        if record is None:
+            if view.deleting:
+                return
+            record = record_from_pod(pod)
+            if record is None:
+                log.warning("pod %s has no readable sandbox record; ignoring it", view.name)
+                return
+            labels = pod["metadata"].get("labels") or {}
+            record.backend_state["orchestrator"] = labels.get(LABEL_ORCHESTRATOR)
+            self._records[view.name] = record
+            if self._registry is not None:
+                self._registry.discovered(record)
+        self._sync_last_active(view.name, record, pod)
+        self._settle(view.name, record, view)
+
+    def _settle(self, name: str, record: SandboxRecord, view: PodView) -> None:
+        """Act on a pod's state: ready, failed, or nothing yet."""
+        future = self._creating.get(name)
+        token = self._tokens.get(name)
+        if view.failure:
+            if future is not None:
+                if not future.done():
+                    future.set_exception(BackendError(view.failure))
+            elif record.status == "pending":
+                record.mark("failed", view.failure)
+            else:
+                self._dead[name] = view.failure
+            return
+        if not (view.ready and view.ip and token):
+            return
+        if record.agent is None or record.agent.base_url != f"http://{view.ip}:{AGENT_PORT}":
+            record.agent = AgentEndpoint(base_url=f"http://{view.ip}:{AGENT_PORT}", token=token)
+        if future is not None:
+            if not future.done():
+                future.set_result(None)
+        elif record.status == "pending":
+            record.mark("ready")
+
+    def _on_pod_gone(self, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        record = self._forget(name, BackendError("the sandbox's pod was deleted"))
+        if record is None:
+            return  # deleted through this replica
+        why = "the sandbox's pod was deleted (through another orchestrator replica, or out of band)"
+        if self._registry is not None:
+            self._registry.lost(record.sandbox_id, why)
+        self._spawn(self._delete_objects(name, record.block_network))
+
+    # -- idle time shared between replicas ------------------------------------------
+    def _sync_last_active(self, name: str, record: SandboxRecord, pod: dict[str, Any]) -> None:
+        raw = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_LAST_ACTIVE)
+        if not raw:
+            return
+        with contextlib.suppress(ValueError):
+            seen = time.monotonic() - max(0.0, time.time() - float(raw))
+            if seen > record.last_active:
+                record.last_active = seen
+            self._published[name] = max(self._published.get(name, 0.0), seen)
+
+    async def _publish_last_active(self) -> None:
+        """Annotate recent use of sandboxes with an idle timeout, so that no replica reaps
+        a sandbox another one is using. At most one patch per quarter idle timeout."""
+        for name, record in list(self._records.items()):
+            idle = record.idle_timeout_seconds
+            if idle is None or record.status != "ready":
+                continue
+            if record.last_active - self._published.get(name, 0.0) < max(1.0, idle / 4):
+                continue
+            self._published[name] = record.last_active
+            wall = time.time() - (time.monotonic() - record.last_active)
+            patch = {"metadata": {"annotations": {ANNOTATION_LAST_ACTIVE: f"{wall:.3f}"}}}
+            with contextlib.suppress(KubeError):
+                await self.api.patch("pods", name, patch)
+
+    # -- housekeeping -----------------------------------------------------------------
+    async def _maintain_forever(self) -> None:
+        while True:
+            await asyncio.sleep(_MAINTENANCE_EVERY_S)
+            try:
+                await self._maintain_once()
+            except Exception:
+                log.exception("kubernetes housekeeping failed")
+
+    async def _maintain_once(self) -> None:
+        for name in list(self._doomed):
+            await self._delete_objects(name)
+        await self._publish_last_active()
+        # Token Secrets whose pod never came: an orchestrator died between the two creates.
+        now = time.time()
+        for name, secret in list(self._secrets.objects.items()):
+            if name in self._pods.objects or name in self._records:
+                continue
+            created = _timestamp(secret["metadata"].get("creationTimestamp"))
+            if created is not None and now - created > _ORPHAN_GRACE_S:
+                log.info("deleting token secret %s: its pod never appeared", name)
+                await self._delete_objects(name)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- facts ----------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        warnings = [w.error for w in (self._pods, self._secrets) if w is not None and w.error]
+        return {"isolation": "kubernetes", "warnings": warnings}
+
+    async def resources(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "backend": self.name,
+            "isolation": "kubernetes",
+            "api_server": self.api.server,
+            "namespace": self.api.namespace,
+            "orchestrator_id": self._orchestrator,
+            "sandboxes_running": sum(1 for r in self._records.values() if r.status == "ready"),
+            "pods_watched": len(self._pods.objects),
+            "watch": {"pods": self._pods.stats(), "secrets": self._secrets.stats()},
+            "cpu_count": None,
+            "memory_total_bytes": None,
+        }
+        try:
+            nodes = await self.api.nodes()
+        except KubeError:
+            nodes = None  # a namespaced Role cannot read nodes; capacity is then unknown
+        if nodes is not None:
+            cpu = memory = 0.0
+            for node in nodes:
+                allocatable = (node.get("status") or {}).get("allocatable") or {}
+                with contextlib.suppress(ValueError):
+                    cpu += parse_cpu(str(allocatable.get("cpu", "0")))
+                    memory += parse_memory(str(allocatable.get("memory", "0")))
+            data.update(nodes=len(nodes), cpu_count=cpu, memory_total_bytes=int(memory))
+        return data
+
+
+def _timestamp(raw: str | None) -> float | None:
+    if not raw:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
