@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up everything the test suite needs on a fresh Debian machine, then run it all:
-# ruff, mypy, a Docker engine and the test images (infra/), and pytest. `scripts/test.sh --fast` runs only the quick pure-logic subset.
+# ruff, mypy, a Docker engine, the test images and a Kubernetes test cluster (infra/), and pytest. `scripts/test.sh --fast` runs only the quick pure-logic subset.
 # Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +44,9 @@ if ((! fast)); then
   bash infra/docker/up
   infra/images/build
   infra/agent/smoke --no-build  # the injected agent answers in the busybox and Debian images
+  # The Kubernetes backend's tests run against a real single-node cluster (API 1.20, built
+  # from Debian's source package once per machine and cached outside the clone).
+  bash infra/test-cluster/up
 fi
 
 echo "==> pytest"

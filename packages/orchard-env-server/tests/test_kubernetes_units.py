@@ -111,11 +111,6 @@ def test_object_name_of_plain_and_dashed_ids():
     assert object_name("abc-") != object_name("abc--")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a dash-ending id is renamed to orchard-<stripped>-<hash>, which is also "
-    "the plain name of the id '<stripped>-<hash>'",
-)
 def test_dashed_id_does_not_collide_with_a_plain_id():
     dashed = "abc-"
     suffix = object_name(dashed).removeprefix("orchard-")  # "abc-<8 hex>", itself a valid id
@@ -151,11 +146,6 @@ def test_distinct_hashed_label_values_differ(a, b):
         assert label_value(a) != label_value(b)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: _LABEL_VALUE is applied with re.match and ends in '$', which also "
-    "matches before a trailing newline",
-)
 def test_label_value_with_trailing_newline_is_hashed():
     assert is_label_value(label_value("acme\n"))
 
@@ -225,7 +215,9 @@ def test_token_reaches_the_pod_only_through_the_secret_volume():
     assert TOKEN not in json.dumps(secret["metadata"])
 
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
-    token_mounts = [m for m in main_container(pod)["volumeMounts"] if m["mountPath"] == SECRET_MOUNT]
+    token_mounts = [
+        m for m in main_container(pod)["volumeMounts"] if m["mountPath"] == SECRET_MOUNT
+    ]
     (token_mount,) = token_mounts
     assert token_mount["readOnly"] is True
     assert volumes[token_mount["name"]]["secret"]["secretName"] == secret["metadata"]["name"]
@@ -478,10 +470,16 @@ def test_oom_killed_sandbox_container():
     status = {
         "phase": "Failed",
         "initContainerStatuses": [
-            {"name": INIT_CONTAINER, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
+            {
+                "name": INIT_CONTAINER,
+                "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+            }
         ],
         "containerStatuses": [
-            {"name": MAIN_CONTAINER, "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
+            {
+                "name": MAIN_CONTAINER,
+                "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+            }
         ],
     }
     failure = view_pod(pod_with(status)).failure
@@ -511,7 +509,12 @@ def test_unschedulable_pod_is_waiting_not_failed():
     status = {
         "phase": "Pending",
         "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+            }
         ],
     }
     view = view_pod(pod_with(status))
@@ -734,11 +737,6 @@ def test_error_event_with_another_code_is_retried():
     assert watcher.error is not None and "internal" in watcher.error
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: when a watch fails mid-stream, the versions it saw are lost and the "
-    "watch resumes from the version it was opened with",
-)
 def test_watch_resumes_after_a_dropped_connection_from_the_last_version_seen():
     api = FakeApi(
         lists=[([], "10")],

@@ -270,6 +270,8 @@ class KubernetesBackend:
 
     def _settle(self, name: str, record: SandboxRecord, view: PodView) -> None:
         """Act on a pod's state: ready, failed, or nothing yet."""
+        if view.deleting:
+            return  # its containers stopping is no failure: the DELETED event follows
         future = self._creating.get(name)
         token = self._tokens.get(name)
         if view.failure:

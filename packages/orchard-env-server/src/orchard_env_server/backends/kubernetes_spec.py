@@ -58,18 +58,17 @@ _RECORD_FIELDS = (
 def object_name(sandbox_id: str) -> str:
     """The Pod, Secret and NetworkPolicy name of a sandbox: a valid DNS label, one per id.
 
-    Sandbox ids are ``[a-z0-9-]{1,40}``; those that are not DNS labels themselves (a dash
-    at either end) get a hash suffix, so two ids never share a name.
+    Sandbox ids are ``[a-z0-9-]{1,40}``; those that do not make a DNS label as they are (a
+    dash at the end) get another prefix and a hash suffix, so two ids never share a name.
     """
-    name = f"orchard-{sandbox_id}"
     if sandbox_id.endswith("-"):
-        name = f"orchard-{sandbox_id.strip('-')}-{_short_hash(sandbox_id)}"
-    return name
+        return f"orchardh-{sandbox_id.strip('-')}-{_short_hash(sandbox_id)}"
+    return f"orchard-{sandbox_id}"
 
 
 def label_value(value: str) -> str:
     """``value`` when Kubernetes accepts it as a label value, else a stable hash of it."""
-    return value if _LABEL_VALUE.match(value) else "h-" + _short_hash(value, 20)
+    return value if _LABEL_VALUE.fullmatch(value) else "h-" + _short_hash(value, 20)
 
 
 def _short_hash(value: str, length: int = 8) -> str:

@@ -40,6 +40,7 @@ class ResourceWatcher:
         self.gone = 0  # 410 answers seen
         self.reconnects = 0  # watches re-opened from a known resourceVersion
         self.error: str | None = None  # the trouble of the moment, for /health
+        self.version: str | None = None  # the last resourceVersion seen; None: list first
         self._api = api
         self._selector = selector
         self._on_upsert = on_upsert
@@ -47,13 +48,12 @@ class ResourceWatcher:
         self._timeout_s = watch_timeout_s
 
     async def run_forever(self) -> None:
-        version: str | None = None
         backoff = 0.2
         while True:
             try:
-                if version is None:
-                    version = await self._relist()
-                version = await self._watch(version)
+                if self.version is None:
+                    self.version = await self._relist()
+                await self._watch()
                 self.reconnects += 1
                 self.error = None
                 backoff = 0.2
@@ -62,14 +62,14 @@ class ResourceWatcher:
                 if exc.gone:
                     self.gone += 1
                     log.info("%s watch: resourceVersion %s is gone; listing again",
-                             self.kind, version)  # fmt: skip
-                    version = None
+                             self.kind, self.version)  # fmt: skip
+                    self.version = None
                     continue
                 self.error = f"watching {self.kind}: {exc}"
                 log.warning("%s; retrying in %.1f s", self.error, backoff)
             await asyncio.sleep(backoff * (1 + random.random() / 2))
             backoff = min(backoff * 2, 5.0)
-            if version is not None:
+            if self.version is not None:
                 self.reconnects += 1
 
     async def _relist(self) -> str:
@@ -86,15 +86,17 @@ class ResourceWatcher:
         self.error = None
         return version
 
-    async def _watch(self, version: str) -> str:
-        """Follow events until the server ends the watch; the last version seen."""
+    async def _watch(self) -> None:
+        """Follow events until the server ends the watch; ``version`` tracks each one, so
+        a watch that breaks mid-stream resumes after the last event it delivered."""
+        assert self.version is not None
         # Spread the server-side timeouts so many replicas do not reconnect in step.
         timeout = int(self._timeout_s * (0.8 + random.random() * 0.4))
-        async for event in self._api.watch(self.kind, self._selector, version, timeout):
+        async for event in self._api.watch(self.kind, self._selector, self.version, timeout):
             kind, obj = event.get("type"), event.get("object") or {}
             if kind == "ERROR":
                 raise KubeError(int(obj.get("code") or 0), str(obj.get("message")))
-            version = str(obj["metadata"]["resourceVersion"])
+            self.version = str(obj["metadata"]["resourceVersion"])
             if kind == "BOOKMARK":
                 continue
             name = obj["metadata"]["name"]
@@ -104,7 +106,6 @@ class ResourceWatcher:
             else:
                 self.objects[name] = obj
                 self._on_upsert(obj)
-        return version
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,274 @@
+"""The Kubernetes backend's own mechanisms, against the real test cluster.
+
+The shared suite (exec, files, patch, streaming, lifecycle, ...) runs on this backend too;
+these tests cover what only pods have: the objects a sandbox is made of, replicas sharing
+sandboxes, the watcher surviving API server restarts and 410 Gone, pods deleted behind
+the orchestrator, images the kubelet cannot run, and 50 sandboxes at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import json
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from orchard_env_client import SandboxClient
+from orchard_env_client.errors import OrchardError
+from orchard_testing import (
+    BUSYBOX_IMAGE,
+    CLUSTER_DIR,
+    RunningServer,
+    cluster_env,
+    create_ready,
+    kubectl,
+    leftovers,
+    only_backend,
+)
+
+pytestmark = [only_backend("kubernetes"), pytest.mark.kubernetes]
+
+
+def _pod(server: RunningServer, sandbox_id: str) -> dict:
+    return json.loads(
+        kubectl("-n", server.namespace, "get", "pod", f"orchard-{sandbox_id}", "-o", "json")
+    )
+
+
+def _resources(server: RunningServer) -> dict:
+    return httpx.get(f"{server.url}/resources").json()
+
+
+def test_the_agent_is_injected_into_a_busybox_only_image(server):
+    with SandboxClient(base_url=server.url) as client:
+        sbx = client.create_sandbox(BUSYBOX_IMAGE)
+        result = sbx.exec(
+            "echo hello from $(hostname); test ! -e /usr/bin/python3 && echo no-python"
+        )
+        assert result.exit_code == 0
+        assert result.stdout.splitlines()[1] == "no-python"
+        sbx.upload_content("/tmp/note.txt", "written through the agent")
+        assert sbx.download_content("/tmp/note.txt") == b"written through the agent"
+
+
+def test_the_pod_holds_no_service_account_token_and_no_agent_token_in_plain_sight(server, image):
+    with SandboxClient(base_url=server.url) as client:
+        sbx = client.create_sandbox(
+            image, block_network=True, cpu="500m", memory="256Mi", ttl_seconds=600
+        )
+        pod = _pod(server, sbx.sandbox_id)
+        spec, meta = pod["spec"], pod["metadata"]
+        assert spec["automountServiceAccountToken"] is False
+        assert spec["enableServiceLinks"] is False
+        assert spec["activeDeadlineSeconds"] == 600
+        main = spec["containers"][0]
+        assert main["resources"]["limits"] == {"cpu": "500m", "memory": str(256 << 20)}
+        assert main["resources"]["requests"] == main["resources"]["limits"]
+        assert spec["initContainers"][0]["image"].startswith("orchard/agent-injector")
+        assert meta["labels"]["orchard.dev/sandbox-id"] == sbx.sandbox_id
+        # No service-account token reached the sandbox.
+        mounts = sbx.exec("cat /proc/mounts").stdout
+        assert "serviceaccount" not in mounts
+        assert sbx.exec("ls /var/run/secrets/kubernetes.io 2>&1").exit_code != 0
+        # The agent token is only in the Secret, never in labels, annotations or env.
+        secret = json.loads(
+            kubectl(
+                "-n", server.namespace, "get", "secret", f"orchard-{sbx.sandbox_id}", "-o", "json"
+            )
+        )
+        token = base64.b64decode(secret["data"]["token"]).decode()
+        assert len(token) >= 24 and token not in json.dumps(pod)
+        # The Secret belongs to the pod: the garbage collector removes it with the pod.
+        deadline = time.monotonic() + 10
+        while not secret["metadata"].get("ownerReferences") and time.monotonic() < deadline:
+            time.sleep(0.2)
+            secret = json.loads(
+                kubectl(
+                    "-n",
+                    server.namespace,
+                    "get",
+                    "secret",
+                    f"orchard-{sbx.sandbox_id}",
+                    "-o",
+                    "json",
+                )
+            )
+        assert secret["metadata"]["ownerReferences"][0]["uid"] == meta["uid"]
+
+
+def test_block_network_creates_an_egress_policy_selecting_the_pod(server, image):
+    with SandboxClient(base_url=server.url) as client:
+        blocked = client.create_sandbox(image, block_network=True)
+        open_ = client.create_sandbox(image, block_network=False)
+        policy = json.loads(
+            kubectl(
+                "-n",
+                server.namespace,
+                "get",
+                "networkpolicy",
+                f"orchard-{blocked.sandbox_id}",
+                "-o",
+                "json",
+            )
+        )
+        assert policy["spec"]["policyTypes"] == ["Egress"] and not policy["spec"].get("egress")
+        selector = policy["spec"]["podSelector"]["matchLabels"]
+        selected = kubectl(
+            "-n",
+            server.namespace,
+            "get",
+            "pods",
+            "-l",
+            ",".join(f"{k}={v}" for k, v in selector.items()),
+            "-o",
+            "name",
+        )
+        assert selected.split() == [f"pod/orchard-{blocked.sandbox_id}"]
+        assert not kubectl(
+            "-n",
+            server.namespace,
+            "get",
+            "networkpolicy",
+            f"orchard-{open_.sandbox_id}",
+            "--ignore-not-found",
+            "-o",
+            "name",
+        )
+
+
+def test_a_sandbox_made_through_one_replica_is_served_and_deleted_by_another(backend, tmp_path):
+    first = RunningServer(backend=backend, state_dir=tmp_path / "a")
+    second = RunningServer(backend=backend, state_dir=tmp_path / "b", namespace=first.namespace)
+    first.start()
+    second.start("--orchestrator-id", "replica-b")
+    try:
+        with SandboxClient(base_url=first.url, auto_cleanup=False) as one:
+            sbx = one.create_sandbox(BUSYBOX_IMAGE)
+            sbx.exec("echo made-by-a > /tmp/proof")
+        with SandboxClient(base_url=second.url, auto_cleanup=False) as two:
+            deadline = time.monotonic() + 10
+            while True:  # the second replica learns of it from its watch
+                try:
+                    again = two.get_sandbox(sbx.sandbox_id)
+                    break
+                except OrchardError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+            assert again.exec("cat /tmp/proof").stdout == "made-by-a\n"
+            again.delete()
+        deadline = time.monotonic() + 15
+        while True:  # and the first replica sees it terminated
+            info = httpx.get(f"{first.url}/sandboxes/{sbx.sandbox_id}").json()
+            if info.get("status") == "terminated":
+                assert "deleted" in info["error"]
+                break
+            assert time.monotonic() < deadline, info
+            time.sleep(0.2)
+    finally:
+        second.stop()
+        first.stop()
+    assert leftovers(first) == []
+
+
+def test_a_pod_deleted_out_of_band_terminates_its_sandbox(server):
+    with SandboxClient(base_url=server.url, auto_cleanup=False) as client:
+        sbx = client.create_sandbox(BUSYBOX_IMAGE)
+        kubectl(
+            "-n", server.namespace, "delete", "pod", f"orchard-{sbx.sandbox_id}", "--wait=false"
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            info = httpx.get(f"{server.url}/sandboxes/{sbx.sandbox_id}").json()
+            if info["status"] == "terminated":
+                break
+            assert time.monotonic() < deadline, info
+            time.sleep(0.2)
+        assert "out of band" in info["error"]
+        response = httpx.post(
+            f"{server.url}/sandboxes/{sbx.sandbox_id}/exec", json={"command": "true"}
+        )
+        assert response.status_code == 409 and response.json()["code"] == "sandbox_not_ready"
+    # Its Secret and policy go too (garbage collector or the orchestrator).
+    deadline = time.monotonic() + 30
+    while kubectl(
+        "-n",
+        server.namespace,
+        "get",
+        "secret,networkpolicy",
+        "--ignore-not-found",
+        "-o",
+        "name",
+        f"orchard-{sbx.sandbox_id}",
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+
+
+def test_an_image_the_node_lacks_fails_fast_with_the_kubelets_reason(server):
+    started = time.monotonic()
+    body = create_ready(server.url, {"image": "orchard-test/no-such-image:1"})
+    elapsed = time.monotonic() - started
+    assert body["status"] == "failed"
+    assert "ErrImageNeverPull" in body["error"], body["error"]
+    assert elapsed < 30, f"took {elapsed:.1f} s"
+
+
+def test_the_watcher_relists_after_410_and_survives_api_server_restarts(fresh_server, image):
+    fresh_server.start()
+    with SandboxClient(base_url=fresh_server.url) as client:
+        before = _resources(fresh_server)["watch"]["pods"]
+        kept = client.create_sandbox(BUSYBOX_IMAGE)
+        env = cluster_env()
+        etcd = ["etcdctl", "--endpoints", env["ETCD_ENDPOINT"]]
+        # While the API server is down, move etcd's revision on and compact everything
+        # before it: the watcher's resourceVersion is then gone, and it must list again.
+        script = (
+            f"{' '.join(etcd)} put /orchard-test/bump x >/dev/null && "
+            f"rev=$({' '.join(etcd)} endpoint status -w json | python3 -c "
+            '\'import json,sys; print(json.load(sys.stdin)[0]["Status"]["header"]["revision"])\') && '
+            f"{' '.join(etcd)} compact $rev >/dev/null"
+        )
+        subprocess.run(
+            [str(Path(__file__).parents[1] / "infra/test-cluster/restart-apiserver"), "--", "sh", "-c", script],
+            check=True, timeout=120, env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin:/usr/sbin:/sbin",
+                                          "ORCHARD_TEST_CLUSTER_DIR": str(CLUSTER_DIR)},
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while True:
+            after = _resources(fresh_server)["watch"]["pods"]
+            if after["lists"] > before["lists"] and after["error"] is None:
+                break
+            assert time.monotonic() < deadline, after
+            time.sleep(0.3)
+        assert after["gone"] > before["gone"]
+        # Readiness still arrives through the new watch, and the old sandbox still serves.
+        fresh = client.create_sandbox(BUSYBOX_IMAGE)
+        assert fresh.exec("echo after-restart").stdout == "after-restart\n"
+        assert kept.exec("echo kept").stdout == "kept\n"
+    fresh_server.stop()
+    assert leftovers(fresh_server) == []
+
+
+def test_fifty_sandboxes_at_once_all_serve(server):
+    def one(i: int) -> float:
+        started = time.monotonic()
+        with SandboxClient(base_url=server.url, auto_cleanup=False) as client:
+            sbx = client.create_sandbox(BUSYBOX_IMAGE, timeout=300)
+            ready = time.monotonic() - started
+            assert sbx.exec(f"echo {i}").stdout == f"{i}\n"
+            sbx.delete()
+        return ready
+
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(50) as pool:
+        ready = sorted(pool.map(one, range(50)))
+    wall = time.monotonic() - started
+    p50, p99 = statistics.median(ready), ready[int(len(ready) * 0.99) - 1]
+    print(f"\n50 concurrent pods: wall {wall:.1f} s, create→ready p50 {p50:.2f} s, p99 {p99:.2f} s")
+    assert len(ready) == 50
