@@ -132,7 +132,7 @@ def backend_is_slow(server: RunningServer) -> bool:
 def create_ready(url: str, body: dict[str, object]) -> dict[str, object]:
     """POST /sandboxes, then wait for it when the backend answered ``pending`` (pods take
     a few seconds; local and Docker sandboxes are usually ready in the answer)."""
-    created: dict[str, object] = httpx.post(f"{url}/sandboxes", json=body).json()
+    created: dict[str, object] = httpx.post(f"{url}/sandboxes", json=body, timeout=60).json()
     if created.get("status") == "pending":
         waited = httpx.get(f"{url}/sandboxes/{created['sandbox_id']}/wait", timeout=90)
         created = waited.json()

@@ -18,12 +18,14 @@ pytestmark = pytest.mark.integration
 
 
 def test_create_answers_a_ready_sandbox_object(server, image):
-    response = httpx.post(f"{server.url}/sandboxes", json={"image": image, "labels": {"a": "1"}})
+    body = {"image": image, "labels": {"a": "1"}}
+    response = httpx.post(f"{server.url}/sandboxes", json=body, timeout=60)
     assert response.status_code == 201
     body = response.json()
     if backend_is_slow(server):  # pods take seconds: the answer may still be pending
         assert body["status"] in ("pending", "ready")
-        body = httpx.get(f"{server.url}/sandboxes/{body['sandbox_id']}/wait").json()
+        waited = httpx.get(f"{server.url}/sandboxes/{body['sandbox_id']}/wait", timeout=90)
+        body = waited.json()
     assert body["status"] == "ready" and body["labels"] == {"a": "1"}
     expected = {"sandbox_id", "image", "status", "block_network", "cpu", "memory", "timeout",
                 "created_at", "labels", "ttl_seconds", "idle_timeout_seconds", "expires_at",
