@@ -18,6 +18,17 @@ AGENT_TOKEN_FILE = f"{RUN_MOUNT}/token"
 MIN_MEMORY_BYTES = 32 << 20  # below this the agent itself cannot run
 
 
+def memory_limit(value: str) -> int:
+    """A sandbox's memory limit in bytes; ValueError when unreadable or too small."""
+    memory = parse_memory(value)
+    if memory < MIN_MEMORY_BYTES:
+        raise ValueError(
+            f"memory {value!r} is below the {MIN_MEMORY_BYTES >> 20} MiB "
+            "a sandbox needs for its agent"
+        )
+    return memory
+
+
 def container_name(sandbox_id: str) -> str:
     return f"orchard-{sandbox_id}"
 
@@ -48,12 +59,7 @@ def container_spec(
         if record.cpu:
             host["NanoCpus"] = int(parse_cpu(record.cpu) * 1e9)
         if record.memory:
-            memory = parse_memory(record.memory)
-            if memory < MIN_MEMORY_BYTES:
-                raise ValueError(
-                    f"memory {record.memory!r} is below the {MIN_MEMORY_BYTES >> 20} MiB "
-                    "a sandbox needs for its agent"
-                )
+            memory = memory_limit(record.memory)
             host["Memory"] = host["MemorySwap"] = memory  # no swap: the limit is the limit
     except ValueError as exc:
         raise BackendError(str(exc)) from exc

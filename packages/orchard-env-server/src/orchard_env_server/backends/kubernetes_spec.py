@@ -20,12 +20,12 @@ import math
 import re
 from typing import Any
 
-from ..quantities import parse_cpu, parse_memory
+from ..quantities import parse_cpu
 from ..records import SandboxRecord
 from ..settings import Settings
 from .base import BackendError
 from .docker_injection import AGENT_MOUNT, agent_entry
-from .docker_spec import MIN_MEMORY_BYTES
+from .docker_spec import memory_limit
 
 GROUP = "orchard.dev"
 LABEL_ROLE = f"{GROUP}/role"
@@ -122,13 +122,7 @@ def _resources(record: SandboxRecord) -> dict[str, Any]:
         if record.cpu:
             quantities["cpu"] = f"{max(1, round(parse_cpu(record.cpu) * 1000))}m"
         if record.memory:
-            memory = parse_memory(record.memory)
-            if memory < MIN_MEMORY_BYTES:
-                raise ValueError(
-                    f"memory {record.memory!r} is below the {MIN_MEMORY_BYTES >> 20} MiB "
-                    "a sandbox needs for its agent"
-                )
-            quantities["memory"] = str(memory)
+            quantities["memory"] = str(memory_limit(record.memory))
     except ValueError as exc:
         raise BackendError(str(exc)) from exc
     # Requests equal to limits: the scheduler reserves what the sandbox may use.
