@@ -44,6 +44,7 @@ from .kubernetes_spec import (
     secret_manifest,
 )
 from .kubernetes_status import PodView, view_pod
+from .kubernetes_watch import ResourceWatcher
 
 log = logging.getLogger("orchard_env_server")
 
@@ -71,8 +72,8 @@ class KubernetesBackend:
         self._published: dict[str, float] = {}  # pod name → last-active last published
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
-        self._pods: Any = None
-        self._secrets: Any = None
+        self._pods: Any = None  # ResourceWatcher once started
+        self._secrets: Any = None  # ResourceWatcher once started
 
     def attach(self, registry: SandboxRegistry) -> None:
         self._registry = registry
@@ -84,8 +85,6 @@ class KubernetesBackend:
 
     # -- start / stop ---------------------------------------------------------------
     async def start(self) -> list[SandboxRecord]:
-        from .kubernetes_watch import ResourceWatcher
-
         namespace = self._settings.namespace
         self._api = KubeApi(load_configuration(self._settings.kubeconfig), namespace)
         try:

@@ -105,13 +105,12 @@ class KubeApi:
         )
         return result
 
-    async def delete(self, kind: str, name: str, grace_seconds: int | None = None) -> bool:
-        """Delete one object; False when it was already gone."""
-        kwargs: dict[str, Any] = {"propagation_policy": "Background"}
-        if grace_seconds is not None:
-            kwargs["grace_period_seconds"] = grace_seconds
+    async def delete(self, kind: str, name: str) -> bool:
+        """Delete one object (the pod's own grace period applies); False when already gone."""
         try:
-            await self._call(self._method("delete", kind), name, self.namespace, **kwargs)
+            await self._call(
+                self._method("delete", kind), name, self.namespace, propagation_policy="Background"
+            )
         except KubeError as exc:
             if exc.not_found:
                 return False

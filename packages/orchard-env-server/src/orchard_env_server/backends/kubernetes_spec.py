@@ -220,8 +220,7 @@ def record_from_pod(pod: dict[str, Any]) -> SandboxRecord | None:
     meta = pod.get("metadata") or {}
     try:
         data = json.loads((meta.get("annotations") or {})[ANNOTATION_RECORD])
-        fields = {k: data[k] for k in _RECORD_FIELDS if k in data}
-        record = SandboxRecord(**fields)
+        record = SandboxRecord.from_persisted({k: data[k] for k in _RECORD_FIELDS if k in data})
     except (KeyError, ValueError, TypeError):
         return None
     for container in (pod.get("spec") or {}).get("containers") or []:
