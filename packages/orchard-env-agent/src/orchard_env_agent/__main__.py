@@ -12,6 +12,7 @@ import uvicorn
 
 from .app import create_app
 from .config import Settings, parse_args
+from .oslimits import raise_open_file_limit
 
 
 def _write_port_file(path: str, port: int) -> None:
@@ -43,6 +44,7 @@ def _listen(settings: Settings) -> tuple[socket.socket, str]:
 
 def main(argv: list[str] | None = None) -> None:
     settings = parse_args(argv)
+    raise_open_file_limit()
     sock, where = _listen(settings)
     config = uvicorn.Config(
         create_app(settings),

@@ -7,16 +7,21 @@ import logging
 import sys
 from pathlib import Path
 
+from . import cost
 from .backends import BACKENDS
 from .settings import Settings, parse_api_keys
 
 
-def _bench_options(parser: argparse.ArgumentParser, runs: int) -> None:
+def _bench_options(parser: argparse.ArgumentParser, runs: int | None) -> None:
     parser.add_argument("--url", default=None, help="an existing server (default: start one)")
     parser.add_argument("--backend", default="local", choices=BACKENDS)
-    parser.add_argument("--image", default=None, help="default: host / orchard-test/debian")
-    parser.add_argument("--runs", type=int, default=runs)
+    parser.add_argument(
+        "--image", default=None, help="default: host (local), orchard-test/debian (others)"
+    )
+    if runs is not None:
+        parser.add_argument("--runs", type=int, default=runs)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--plot", type=Path, default=None, metavar="PNG", help="save a chart")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -87,11 +92,24 @@ def _parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure the service").add_subparsers(
         dest="bench", required=True
     )
-    latency = bench.add_parser("latency", help="exec round trip next to direct baselines")
+    latency = bench.add_parser("latency", help="exec round trip and file throughput")
     _bench_options(latency, runs=200)
     latency.add_argument("--command", dest="cmd", default="true")
+    latency.add_argument(
+        "--file-runs", type=int, default=3, help="uploads/downloads per size (0: skip files)"
+    )
     _bench_options(bench.add_parser("create", help="create → ready next to a bare docker run"),
                    runs=20)  # fmt: skip
+    concurrency = bench.add_parser(
+        "concurrency", help="N sandboxes at once, M commands in each, then delete all"
+    )
+    _bench_options(concurrency, runs=None)
+    concurrency.add_argument("--sandboxes", type=int, default=100)
+    concurrency.add_argument("--commands", type=int, default=10, help="per sandbox")
+    concurrency.add_argument(
+        "--connections", type=int, default=64, help="client connections to the server"
+    )
+    cost.add_parser(sub)
     serve.add_argument(
         "--access-log", action="store_true", help="one JSON line per request (request id, ms)"
     )
@@ -100,6 +118,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
+
+    from orchard_env_agent.oslimits import raise_open_file_limit
 
     from .app import create_app
 
@@ -126,6 +146,7 @@ def serve(args: argparse.Namespace) -> int:
     if args.api_keys is not None:
         overrides["api_keys"] = parse_api_keys(args.api_keys)
     settings = Settings.from_env(**overrides)
+    raise_open_file_limit()  # a connection per client and per busy sandbox agent
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -142,8 +163,49 @@ def serve(args: argparse.Namespace) -> int:
         port=settings.port,
         log_level=args.log_level,
         access_log=False,
+        # Longer than any client's keep-alive expiry (httpx: 5 s): the client always closes
+        # an idle connection first, so a request never races the server's close of it (a
+        # non-idempotent exec sent on a closing connection would fail and cannot be retried).
+        timeout_keep_alive=75,
         timeout_graceful_shutdown=10,
     )
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import json
+
+    from . import bench
+
+    for name in ("runs", "sandboxes", "commands", "connections", "file_runs"):
+        value = getattr(args, name, None)
+        if value is not None and value < (0 if name == "file_runs" else 1):
+            raise SystemExit(f"orchard-env bench: --{name.replace('_', '-')} must be positive")
+    if args.bench == "create":
+        results = bench.bench_create(args.url, args.backend, args.runs, args.image)
+        show, plot = bench.print_create, bench.plot_create
+    elif args.bench == "concurrency":
+        results = bench.bench_concurrency(
+            args.url, args.backend, args.sandboxes, args.commands, args.image,
+            connections=args.connections, quiet=args.json,
+        )  # fmt: skip
+        show, plot = bench.print_concurrency, bench.plot_concurrency
+    else:
+        results = bench.bench_latency(
+            args.url, args.backend, args.runs, args.cmd, args.image, file_runs=args.file_runs
+        )
+        show, plot = bench.print_latency, bench.plot_latency
+    if args.plot is not None:
+        plot(results, args.plot)
+    public = {k: v for k, v in results.items() if not k.startswith("_")}
+    if args.json:
+        print(json.dumps(public, indent=2))
+    else:
+        show(public)
+        if args.plot is not None:
+            print(f"plot saved to {args.plot}")
+    if args.bench == "concurrency" and public["success_rate"] < 1.0:
+        return 1
     return 0
 
 
@@ -152,21 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         return serve(args)
     if args.command == "bench":
-        import json
-
-        from . import bench
-
-        if args.bench == "create":
-            results = bench.bench_create(args.url, args.backend, args.runs, args.image)
-            show = bench.print_create
-        else:
-            results = bench.bench_latency(args.url, args.backend, args.runs, args.cmd, args.image)
-            show = bench.print_latency
-        if args.json:
-            print(json.dumps(results, indent=2))
-        else:
-            show(results)
-        return 0
+        return _bench(args)
+    if args.command == "cost":
+        return cost.run(args)
     return 2
 
 

@@ -1,0 +1,297 @@
+"""``bench concurrency``: N sandboxes alive at once, M commands in each, then delete all.
+
+Three phases, each timed: create all N at once (each waits until ready), run M commands
+in every sandbox (sequential within a sandbox, all sandboxes concurrently; each output is
+checked), delete all. A sandbox counts as a success only if it became ready, every one of
+its commands printed what it should, and it was deleted. While it runs, a sampler records
+the orchestrator's RSS, the local agent's RSS and the machine's used memory; the memory a
+sandbox costs is the machine's used memory with all N alive minus before the first create,
+divided by N (everything counted: holders or containers, agent, kernel).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from orchard_env_client import AsyncSandbox, AsyncSandboxClient
+
+from .common import (
+    OwnServer,
+    console,
+    default_image,
+    local_agent_pid,
+    machine_facts,
+    percentiles,
+    pyplot,
+)
+
+
+class MemorySampler:
+    """Samples the RSS of given processes and the machine's used memory in a thread."""
+
+    def __init__(self, pids: dict[str, int | None], interval_s: float = 0.25) -> None:
+        self._procs = {name: psutil.Process(pid) for name, pid in pids.items() if pid}
+        self._interval = interval_s
+        self.peak_rss: dict[str, int] = dict.fromkeys(self._procs, 0)
+        self.used_series: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-memory", daemon=True)
+        self._t0 = time.monotonic()
+
+    @staticmethod
+    def used_bytes() -> int:
+        vm = psutil.virtual_memory()
+        return int(vm.total - vm.available)
+
+    def sample(self) -> None:
+        for name, proc in self._procs.items():
+            with contextlib.suppress(psutil.Error):
+                self.peak_rss[name] = max(self.peak_rss[name], proc.memory_info().rss)
+        self.used_series.append((time.monotonic() - self._t0, self.used_bytes()))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.sample()
+
+    def __enter__(self) -> MemorySampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+
+async def _run(
+    base_url: str,
+    image: str,
+    sandboxes: int,
+    commands: int,
+    connections: int,
+    sampler: MemorySampler | None,
+    progress: Progress,
+) -> dict[str, Any]:
+    transport = httpx.AsyncHTTPTransport(
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    )
+    errors: list[str] = []
+    create_s: list[float] = []
+    command_s: list[float] = []
+    alive: list[AsyncSandbox | None] = [None] * sandboxes
+    ok = [True] * sandboxes
+    phases: dict[str, float] = {}
+
+    def fail(i: int, what: str, exc: BaseException | str) -> None:
+        ok[i] = False
+        if len(errors) < 20:
+            errors.append(f"sandbox #{i} {what}: {exc!r}"[:300])
+
+    async with AsyncSandboxClient(base_url, timeout=900, transport=transport,
+                                  auto_cleanup=True) as client:  # fmt: skip
+        used_before = MemorySampler.used_bytes()
+        t_create = progress.add_task("create → ready", total=sandboxes)
+
+        async def create(i: int) -> None:
+            started = time.perf_counter()
+            try:
+                alive[i] = await client.create_sandbox(image, labels={"bench": "concurrency"},
+                                                       timeout=900)  # fmt: skip
+                create_s.append(time.perf_counter() - started)
+            except Exception as exc:
+                fail(i, "create", exc)
+            progress.advance(t_create)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(create(i) for i in range(sandboxes)))
+        phases["create_s"] = time.perf_counter() - started
+        if sampler is not None:
+            sampler.sample()
+        used_full = MemorySampler.used_bytes()
+
+        t_exec = progress.add_task("commands", total=sandboxes * commands)
+
+        async def run_commands(i: int) -> None:
+            sandbox = alive[i]
+            if sandbox is None:
+                progress.advance(t_exec, commands)
+                return
+            for j in range(commands):
+                began = time.perf_counter()
+                try:
+                    job = await sandbox.exec(f"echo {i}-{j}", timeout=600)
+                    command_s.append(time.perf_counter() - began)
+                    if job.exit_code != 0 or job.stdout != f"{i}-{j}\n":
+                        fail(i, f"command {j}", f"exit {job.exit_code}, stdout {job.stdout!r}, "
+                                                f"error {job.error!r}")  # fmt: skip
+                except Exception as exc:
+                    fail(i, f"command {j}", exc)
+                progress.advance(t_exec)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(run_commands(i) for i in range(sandboxes)))
+        phases["commands_s"] = time.perf_counter() - started
+
+        t_delete = progress.add_task("delete", total=sandboxes)
+
+        async def delete(i: int) -> None:
+            sandbox = alive[i]
+            if sandbox is not None:
+                try:
+                    await sandbox.delete()
+                except Exception as exc:
+                    fail(i, "delete", exc)
+            progress.advance(t_delete)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(delete(i) for i in range(sandboxes)))
+        phases["delete_s"] = time.perf_counter() - started
+        leftover = await client.list_sandboxes(labels={"bench": "concurrency"})
+
+    return {
+        "errors": errors,
+        "ok": ok,
+        "create_s": create_s,
+        "command_s": command_s,
+        "phases": phases,
+        "used_before": used_before,
+        "used_full": used_full,
+        "leftover": len(leftover),
+    }
+
+
+def bench_concurrency(
+    url: str | None,
+    backend: str,
+    sandboxes: int,
+    commands: int,
+    image: str | None = None,
+    connections: int = 64,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Run the bench; JSON keys: ``success_rate``, ``commands_per_s``, ``wall_s``, ..."""
+    image = default_image(backend, image)
+    own = None if url else OwnServer(backend, ["--max-inflight", str(max(1024, 4 * sandboxes))])
+    base = url or own.url  # type: ignore[union-attr]
+    pids: dict[str, int | None] = {}
+    if own is not None:
+        pids["orchestrator"] = own.pid
+        if backend == "local":
+            pids["agent"] = local_agent_pid(own.state_dir)
+    started = time.perf_counter()
+    try:
+        with (
+            MemorySampler(pids) as sampler,
+            Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                     TimeElapsedColumn(), disable=quiet, transient=True) as progress,
+        ):  # fmt: skip
+            raw = asyncio.run(
+                _run(base, image, sandboxes, commands, connections, sampler, progress)
+            )
+    finally:
+        if own:
+            own.close()
+    wall = time.perf_counter() - started
+    succeeded = sum(raw["ok"])
+    total_commands = len(raw["command_s"])
+    results: dict[str, Any] = {
+        "bench": "concurrency",
+        "backend": backend,
+        "image": image,
+        "sandboxes": sandboxes,
+        "commands_per_sandbox": commands,
+        "success_rate": succeeded / sandboxes if sandboxes else 1.0,
+        "sandboxes_succeeded": succeeded,
+        "commands_run": total_commands,
+        "wall_s": wall,
+        "commands_per_s": total_commands / raw["phases"]["commands_s"]
+        if raw["phases"].get("commands_s")
+        else 0.0,
+        "commands_per_s_end_to_end": total_commands / wall if wall else 0.0,
+        "phases_s": raw["phases"],
+        "create_latency": percentiles(raw["create_s"]),
+        "command_latency": percentiles(raw["command_s"]),
+        "memory_used_before_bytes": raw["used_before"],
+        "memory_used_all_alive_bytes": raw["used_full"],
+        "per_sandbox_memory_bytes": max(0, raw["used_full"] - raw["used_before"])
+        // max(1, succeeded),
+        "peak_rss_bytes": sampler.peak_rss,
+        "orchestrator_peak_rss_bytes": sampler.peak_rss.get("orchestrator"),
+        "sandboxes_left_after_delete": raw["leftover"],
+        "errors": raw["errors"],
+        "machine": machine_facts(),
+        "_memory_series": sampler.used_series,
+    }
+    return results
+
+
+def print_concurrency(results: dict[str, Any], out: Console | None = None) -> None:
+    """The rich table of a ``bench_concurrency`` result."""
+    out = out or console()
+    mib = 1 << 20
+    table = Table(title=f"{results['sandboxes']} sandboxes x {results['commands_per_sandbox']} "
+                        f"commands on {results['backend']} ({results['image']})")  # fmt: skip
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    rows: list[tuple[str, str]] = [
+        ("success rate", f"{results['success_rate'] * 100:.2f}% "
+                         f"({results['sandboxes_succeeded']}/{results['sandboxes']})"),
+        ("wall time (create + commands + delete)", f"{results['wall_s']:.1f} s"),
+        ("phases create / commands / delete",
+         " / ".join(f"{results['phases_s'].get(k, 0):.1f}" for k in
+                    ("create_s", "commands_s", "delete_s")) + " s"),
+        ("commands/s (command phase)", f"{results['commands_per_s']:.0f}"),
+        ("commands/s (whole run)", f"{results['commands_per_s_end_to_end']:.0f}"),
+        ("create → ready p50 / p99", f"{results['create_latency']['p50_ms']:.0f} / "
+                                     f"{results['create_latency']['p99_ms']:.0f} ms"),
+        ("command round trip p50 / p99", f"{results['command_latency']['p50_ms']:.1f} / "
+                                         f"{results['command_latency']['p99_ms']:.1f} ms"),
+        ("memory per sandbox (machine's used memory)",
+         f"{results['per_sandbox_memory_bytes'] / mib:.2f} MiB"),
+    ]  # fmt: skip
+    for name, rss in results["peak_rss_bytes"].items():
+        rows.append((f"peak RSS of the {name}", f"{rss / mib:.0f} MiB"))
+    rows.append(("sandboxes left after delete", str(results["sandboxes_left_after_delete"])))
+    for name, value in rows:
+        table.add_row(name, value)
+    out.print(table)
+    for error in results["errors"]:
+        out.print(f"[red]error:[/red] {error}")
+
+
+def plot_concurrency(results: dict[str, Any], path: Path) -> None:
+    """The machine's used memory over the run, and the latency percentiles, as PNG."""
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6), dpi=110)
+    series = results.get("_memory_series") or []
+    base = results["memory_used_before_bytes"]
+    left.plot([t for t, _ in series], [(u - base) / (1 << 20) for _, u in series])
+    left.set_xlabel("s since start")
+    left.set_ylabel("MiB used above start")
+    left.set_title(f"{results['sandboxes']} sandboxes on {results['backend']}")
+    qs = ("p50_ms", "p90_ms", "p99_ms")
+    labels = [q.split("_")[0] for q in qs]
+    x = range(len(qs))
+    right.bar([i - 0.2 for i in x], [results["create_latency"][q] for q in qs], 0.4,
+              label="create → ready")  # fmt: skip
+    right.bar([i + 0.2 for i in x], [results["command_latency"][q] for q in qs], 0.4,
+              label="command")  # fmt: skip
+    right.set_xticks(list(x), labels)
+    right.set_yscale("log")
+    right.set_ylabel("ms")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,93 @@
+"""``bench create``: create → ready, one sandbox at a time, next to a bare ``docker run``."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import track
+
+from orchard_env_client import SandboxClient
+
+from .common import (
+    OwnServer,
+    console,
+    default_image,
+    latency_table,
+    machine_facts,
+    percentiles,
+    pyplot,
+    time_calls,
+)
+
+
+def bench_create(
+    url: str | None, backend: str, runs: int, image: str | None = None
+) -> dict[str, Any]:
+    """Orchard's create → first command, and ``docker run --rm`` on Docker/Kubernetes images."""
+    image = default_image(backend, image)
+    own = None if url else OwnServer(backend)
+    base = url or own.url  # type: ignore[union-attr]
+    results: dict[str, Any] = {"bench": "create", "backend": backend, "runs": runs,
+                               "image": image, "machine": machine_facts()}  # fmt: skip
+    samples = []
+    try:
+        with SandboxClient(base_url=base) as client:
+            client.create_sandbox(image).delete()  # warm up
+            for _ in track(range(runs), description="orchard create → ready", transient=True):
+                started = time.perf_counter()
+                sandbox = client.create_sandbox(image)
+                sandbox.exec("true")  # ready means it runs commands: prove it
+                samples.append(time.perf_counter() - started)
+                sandbox.delete()
+    finally:
+        if own:
+            own.close()
+    results["orchard"] = percentiles(samples)
+    if backend in ("docker", "kubernetes"):
+        results["baseline"] = time_calls(
+            "docker run --rm",
+            runs,
+            lambda: subprocess.run(
+                ["docker", "run", "--rm", "--network", "none", image, "true"],
+                check=True,
+                capture_output=True,
+            ),
+        )
+        results["baseline_name"] = "docker run --rm <image> true"
+        results["ratio_p50"] = results["orchard"]["p50_ms"] / results["baseline"]["p50_ms"]
+    return results
+
+
+def print_create(results: dict[str, Any], out: Console | None = None) -> None:
+    """The rich table of a ``bench_create`` result."""
+    out = out or console()
+    rows = [("orchard create → first command", results["orchard"])]
+    if "baseline" in results:
+        rows.append((results["baseline_name"], results["baseline"]))
+    title = f"create → ready on {results['backend']} ({results['image']}), {results['runs']} runs"
+    out.print(latency_table(title, rows, 1))
+    if "ratio_p50" in results:
+        out.print(f"ratio p50 orchard / baseline: {results['ratio_p50']:.2f}")
+
+
+def plot_create(results: dict[str, Any], path: Path) -> None:
+    """p50/p99 bars of create → ready next to the baseline, saved as PNG."""
+    plt = pyplot()
+    present = [("orchard", "orchard")] + (
+        [("baseline", "docker run --rm")] if "baseline" in results else []
+    )
+    fig, ax = plt.subplots(figsize=(6, 3.4), dpi=110)
+    for i, q in enumerate(("p50_ms", "p99_ms")):
+        xs = [j + (i - 0.5) * 0.35 for j in range(len(present))]
+        ax.bar(xs, [results[key][q] for key, _ in present], 0.35, label=q.split("_")[0])
+    ax.set_xticks(range(len(present)), [label for _, label in present])
+    ax.set_ylabel("ms")
+    ax.set_title(f"create → ready on {results['backend']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,185 @@
+"""``bench latency``: the exec round trip and file throughput, next to direct baselines.
+
+Every number comes from one run on this machine: the full path (client → orchestrator →
+agent → process), the agent called directly (no orchestrator), and the baseline — a bare
+process spawn of the same command locally, ``docker exec`` in the same container on
+Docker. File throughput moves 1 MB and 100 MB each way through the raw ``/fs`` stream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+
+from orchard_env_client import Sandbox, SandboxClient
+
+from .common import OwnServer, console, default_image, latency_table, machine_facts, pyplot
+from .common import time_calls as _time
+
+FILE_SIZES = (1 << 20, 100 << 20)
+
+
+def bench_latency(
+    url: str | None,
+    backend: str,
+    runs: int,
+    command: str,
+    image: str | None = None,
+    file_runs: int = 3,
+) -> dict[str, Any]:
+    """Measure; the result's JSON keys are documented in docs/performance.md."""
+    image = default_image(backend, image)
+    own = None if url else OwnServer(backend)
+    base = url or own.url  # type: ignore[union-attr]
+    results: dict[str, Any] = {"bench": "latency", "backend": backend, "runs": runs,
+                               "command": command, "image": image,
+                               "machine": machine_facts()}  # fmt: skip
+    try:
+        with SandboxClient(base_url=base) as client:
+            sandbox = client.create_sandbox(image)
+            results["orchard"] = _time("orchard exec", runs, lambda: sandbox.exec(command))
+            agent = _direct_agent(own.state_dir, sandbox.sandbox_id) if own else None
+            if agent is not None:
+                url_, headers, uds = agent
+                transport = httpx.HTTPTransport(uds=uds) if uds else None
+                with httpx.Client(transport=transport) as http:
+                    body = {"command": command, "wait": True}
+                    results["agent_direct"] = _time(
+                        "agent direct",
+                        runs,
+                        lambda: http.post(url_ + "/exec", json=body, headers=headers),
+                    )
+            argv, results["baseline_name"] = _baseline(backend, sandbox.sandbox_id, command)
+            results["baseline"] = _time(
+                "baseline", runs, lambda: subprocess.run(argv, check=False, capture_output=True)
+            )
+            if file_runs > 0:
+                results["files"] = _file_throughput(sandbox, file_runs)
+            sandbox.delete()
+    finally:
+        if own:
+            own.close()
+    results["ratio_p50"] = results["orchard"]["p50_ms"] / results["baseline"]["p50_ms"]
+    if "agent_direct" in results:
+        results["orchestrator_overhead_p50_ms"] = (
+            results["orchard"]["p50_ms"] - results["agent_direct"]["p50_ms"]
+        )
+    return results
+
+
+def _baseline(backend: str, sandbox_id: str, command: str) -> tuple[list[str], str]:
+    if backend == "docker":
+        argv = ["docker", "exec", f"orchard-{sandbox_id}", "sh", "-c", command]
+        return argv, "docker exec <container> sh -c command"
+    return ["bash", "-c", command], "subprocess.run(['bash', '-c', command])"
+
+
+def _file_throughput(sandbox: Sandbox, runs: int) -> dict[str, Any]:
+    """MB/s of raw upload and download (best and median of ``runs``) per size."""
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="orchard-bench-files-") as tmp:
+        for size in FILE_SIZES:
+            source = Path(tmp) / f"up-{size}"
+            back = Path(tmp) / f"down-{size}"
+            with source.open("wb") as fh:  # incompressible, binary
+                left = size
+                while left:
+                    chunk = os.urandom(min(left, 1 << 20))
+                    fh.write(chunk)
+                    left -= len(chunk)
+            remote = f"/workspace/bench-{size}"
+            up, down = [], []
+            for _ in range(runs):
+                started = time.perf_counter()
+                sandbox.upload_file(source, remote)
+                up.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                sandbox.download_file(remote, back)
+                down.append(time.perf_counter() - started)
+            if back.stat().st_size != size:
+                raise RuntimeError(f"downloaded {back.stat().st_size} bytes, uploaded {size}")
+            sandbox.exec(["rm", "-f", remote])
+            mb = size / 1e6
+            out[f"{size >> 20}MiB"] = {
+                "bytes": size,
+                "upload_mb_s": mb / sorted(up)[len(up) // 2],
+                "download_mb_s": mb / sorted(down)[len(down) // 2],
+                "upload_best_mb_s": mb / min(up),
+                "download_best_mb_s": mb / min(down),
+            }
+    return out
+
+
+def _direct_agent(
+    state_dir: Path, sandbox_id: str
+) -> tuple[str, dict[str, str], str | None] | None:
+    """The agent's address, this sandbox's token and socket, read from the bench's own state."""
+    for record in (
+        state_dir / "sandboxes" / sandbox_id / "record.json",
+        state_dir / "docker" / sandbox_id / "record.json",
+    ):
+        if record.exists():
+            agent = json.loads(record.read_text()).get("agent")
+            if agent:
+                headers = {"Authorization": f"Bearer {agent['token']}"}
+                if agent.get("sandbox_header"):
+                    headers["X-Orchard-Sandbox"] = agent["sandbox_header"]
+                return agent["base_url"], headers, agent.get("uds")
+    return None
+
+
+def print_latency(results: dict[str, Any], out: Console | None = None) -> None:
+    """The rich tables of a ``bench_latency`` result."""
+    out = out or console()
+    rows = [("orchard (client → server → agent)", results["orchard"])]
+    if "agent_direct" in results:
+        rows.append(("agent direct (no orchestrator)", results["agent_direct"]))
+    rows.append((results["baseline_name"], results["baseline"]))
+    title = (
+        f"exec round trip of {results['command']!r} on {results['backend']}, {results['runs']} runs"
+    )
+    out.print(latency_table(title, rows, 2))
+    speedup = 1 / results["ratio_p50"] if results["ratio_p50"] else float("inf")
+    out.print(
+        f"ratio p50 orchard / baseline: {results['ratio_p50']:.3f} ({speedup:.1f}x the baseline's speed)"
+    )
+    if "orchestrator_overhead_p50_ms" in results:
+        out.print(f"orchestrator adds {results['orchestrator_overhead_p50_ms']:.2f} ms at p50")
+    if "files" in results:
+        from rich.table import Table
+
+        table = Table(title="raw file transfer through the orchestrator (median of runs)")
+        for col in ("size", "upload MB/s", "download MB/s", "best up", "best down"):
+            table.add_column(col, justify="right")
+        for name, r in results["files"].items():
+            table.add_row(name, *(f"{r[k]:.0f}" for k in ("upload_mb_s", "download_mb_s",
+                                                           "upload_best_mb_s", "download_best_mb_s")))  # fmt: skip
+        out.print(table)
+
+
+def plot_latency(results: dict[str, Any], path: Path) -> None:
+    """A bar chart of p50/p90/p99 per path, saved as PNG."""
+    plt = pyplot()
+    paths = [("orchard", "orchard"), ("agent_direct", "agent direct"),
+             ("baseline", results["baseline_name"].split(" <")[0].split("(")[0])]  # fmt: skip
+    present = [(key, label) for key, label in paths if key in results]
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
+    width = 0.26
+    for i, q in enumerate(("p50_ms", "p90_ms", "p99_ms")):
+        xs = [j + (i - 1) * width for j in range(len(present))]
+        ax.bar(xs, [results[key][q] for key, _ in present], width, label=q.split("_")[0])
+    ax.set_xticks(range(len(present)), [label for _, label in present])
+    ax.set_ylabel("ms per command")
+    ax.set_title(f"exec round trip of {results['command']!r} on {results['backend']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
