@@ -1,4 +1,4 @@
-"""``orchard-swe``: grade predictions, distil trajectories, run the offline demo."""
+"""``orchard-swe``: grade predictions, distil trajectories, run the offline demo, simulate BAR."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from orchard_env_client import AsyncSandboxClient
 from .grading import STATUSES, GradeResult, grade
 from .model import ModelConfig
 from .tasks import BUILTIN, Task, TaskLoadError, load_tasks
+from .training.barsim_cli import add_arguments as bar_sim_arguments
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -64,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", type=Path, default=Path("orchard-swe-demo"))
     demo.add_argument("--concurrency", type=int, default=4)
     _service_args(demo)
+
+    sim = sub.add_parser("bar-sim", help="simulate BAR vs fixed-n GRPO vs DAPO dynamic sampling")
+    bar_sim_arguments(sim)
     return parser
 
 
@@ -157,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
             from .demo import run_demo
 
             return run_demo(args.url, args.api_key, args.out, args.concurrency, args.image, console)
+        if args.command == "bar-sim":
+            from .training.barsim_cli import run as run_bar_sim
+
+            return run_bar_sim(args, console)
     except (TaskLoadError, FileNotFoundError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
