@@ -114,6 +114,7 @@ class Agent:
             login_shell=body.get("login_shell", False),
             stdin=body.get("stdin"),
             listen=listen,
+            job_id=body.get("job_id"),
         )
 
     async def exec(self, request: Request) -> Response:

@@ -10,6 +10,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import ApiError
 from .output import CappedBuffer
 from .process import Spawned
 
@@ -106,8 +107,15 @@ class JobStore:
         self.running: dict[str, Job] = {}
         self.finished: OrderedDict[str, Job] = OrderedDict()
 
-    def new(self, command: str | list[str], cap: int) -> Job:
-        job = Job(f"{self.sandbox_id}.{secrets.token_hex(8)}", self.sandbox_id, command, cap)
+    def new(self, command: str | list[str], cap: int, job_id: str | None = None) -> Job:
+        """A queued job; ``job_id`` (the orchestrator's choice) must be this sandbox's and new."""
+        if job_id is None:
+            job_id = f"{self.sandbox_id}.{secrets.token_hex(8)}"
+        elif not job_id.startswith(self.sandbox_id + "."):
+            raise ApiError(422, "invalid_body", f"job id {job_id!r} is not of this sandbox")
+        elif self.get(job_id) is not None:
+            raise ApiError(409, "job_exists", f"job id {job_id!r} is taken")
+        job = Job(job_id, self.sandbox_id, command, cap)
         self.running[job.job_id] = job
         return job
 

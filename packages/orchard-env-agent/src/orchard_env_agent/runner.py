@@ -51,8 +51,9 @@ def start_job(
     login_shell: bool = False,
     stdin: str | None = None,
     listen: asyncio.Queue[tuple[str, str] | None] | None = None,
+    job_id: str | None = None,
 ) -> Job:
-    job = ctx.jobs.new(command, cap)
+    job = ctx.jobs.new(command, cap, job_id)
     if listen is not None:
         job.listeners.append(listen)
     timeout = DEFAULT_TIMEOUT if timeout is None else timeout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +38,13 @@ def is_command(v: Any) -> bool:
     if isinstance(v, str):
         return bool(v)
     return isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v)
+
+
+_JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}\.[0-9a-f]{16}")
+
+
+def is_job_suffix(v: Any) -> bool:
+    return isinstance(v, str) and _JOB_ID.fullmatch(v) is not None
 
 
 def parse_json(raw: bytes) -> Any:
@@ -78,6 +86,9 @@ EXEC_FIELDS: dict[str, tuple[Check, str]] = {
     "login_shell": (is_bool, "a boolean"),
     "wait": (is_bool, "a boolean"),
     "stdin": (is_str, "a string"),
+    # Chosen by the orchestrator, so that it knows a job's id before the agent answers
+    # and can report the job failed if the agent dies meanwhile (see jobs.JobStore.new).
+    "job_id": (is_job_suffix, "a job id: <sandbox id>.<16 hex digits>"),
 }
 
 PATCH_FIELDS: dict[str, tuple[Check, str]] = {

@@ -8,14 +8,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from . import __version__
 from .agent_client import AgentClient
 from .auth import require_tenant
 from .backends import Backend, make_backend
-from .errors import install_error_handlers
+from .backends.base import BackendUnavailable
+from .errors import error_response, install_error_handlers
 from .metrics import REGISTRY
 from .middleware import RequestContextMiddleware
 from .routes import exec as exec_routes
@@ -60,6 +61,11 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     app.state.settings = settings
     app.state.backend = backend
     install_error_handlers(app)
+
+    async def on_backend_unavailable(_: Request, exc: Exception) -> Response:
+        return error_response(503, "backend_unavailable", str(exc), {"Retry-After": "2"})
+
+    app.add_exception_handler(BackendUnavailable, on_backend_unavailable)
     app.add_middleware(RequestContextMiddleware)
 
     @app.get("/", tags=["service"])
@@ -84,7 +90,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         data["sandboxes_known"] = request.app.state.service.count()
         return JSONResponse(data)
 
-    @app.get("/metrics", tags=["service"])
+    @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)
     async def metrics_text(request: Request) -> Response:
         await require_tenant(request)
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

@@ -12,8 +12,17 @@ from typing import Any
 
 from . import metrics
 from .agent_client import AgentClient
-from .backends.base import Backend, BackendError
-from .errors import ApiError, conflict, overloaded, quota_exceeded, sandbox_not_found, wait_timeout
+from .backends.base import Backend, BackendError, BackendUnavailable
+from .errors import (
+    ApiError,
+    backend_unavailable,
+    conflict,
+    overloaded,
+    quota_exceeded,
+    sandbox_not_found,
+    wait_timeout,
+)
+from .job_ledger import JobLedger
 from .records import AgentEndpoint, SandboxRecord
 from .schemas import CreateSandboxRequest
 from .settings import Settings
@@ -34,14 +43,19 @@ class SandboxService:
         self._inflight = 0
         self._reaper: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._checking: set[str] = set()
+        self.jobs = JobLedger()
 
     # -- start and stop -------------------------------------------------------------
     async def start(self) -> None:
         self.backend.attach(self)
         for record in await self.backend.start():
+            self._records[record.sandbox_id] = record
+            if record.status == "failed":  # kept for failed_retention_s to say what happened
+                log.warning("sandbox %s of an earlier run: %s", record.sandbox_id, record.error)
+                continue
             record.mark("ready")
             record.touch()
-            self._records[record.sandbox_id] = record
             log.info("adopted sandbox %s from an earlier run", record.sandbox_id)
         metrics.SANDBOXES.set(len(self._records))
         self._reaper = asyncio.create_task(self._reap_forever(), name="orchard-reaper")
@@ -73,6 +87,26 @@ class SandboxService:
             record.mark("terminated", reason)
             if self._agents is not None:
                 self._spawn(self._agents.forget(record.agent))
+
+    def agent_gone(self, record: SandboxRecord) -> None:
+        """A request found the sandbox's agent unreachable: check the sandbox now rather
+        than at the reaper's next pass (a dead sandbox turns ``failed`` with the reason)."""
+        if record.sandbox_id not in self._checking and record.status == "ready":
+            self._checking.add(record.sandbox_id)
+            self._spawn(self._check_now(record))
+
+    async def _check_now(self, record: SandboxRecord) -> None:
+        try:
+            if record.status != "ready":
+                return
+            dead = await self.backend.check(record)
+            if dead and record.status == "ready":
+                log.warning("sandbox %s died: %s", record.sandbox_id, dead)
+                await self._destroy(record, "failed", dead)
+        except Exception:
+            log.exception("checking sandbox %s failed", record.sandbox_id)
+        finally:
+            self._checking.discard(record.sandbox_id)
 
     # -- lookup ---------------------------------------------------------------------
     def get(self, tenant: str, sandbox_id: str) -> SandboxRecord:
@@ -122,6 +156,12 @@ class SandboxService:
         try:
             async with record.lock:
                 await self.backend.create(record)
+        except BackendUnavailable as exc:
+            self._records.pop(sandbox_id, None)
+            metrics.SANDBOXES.set(len(self._records))
+            with contextlib.suppress(Exception):
+                await self.backend.delete(record)
+            raise backend_unavailable(f"cannot create sandboxes now: {exc}") from None
         except BackendError as exc:
             record.mark("failed", str(exc))
             metrics.CREATE_FAILURES.inc()
@@ -174,6 +214,10 @@ class SandboxService:
             if record.status == "terminated":
                 return
             record.mark(status, error)
+            why = (
+                f"the sandbox failed: {error}" if status == "failed" else "the sandbox was deleted"
+            )
+            self.jobs.lose_sandbox(record.sandbox_id, f"{why} while the job ran")
             await self.backend.delete(record)
             if self._agents is not None:
                 await self._agents.forget(record.agent)

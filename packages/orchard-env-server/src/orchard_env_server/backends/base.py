@@ -11,6 +11,14 @@ class BackendError(Exception):
     """A sandbox could not be provisioned or has died; the message says why."""
 
 
+class BackendUnavailable(BackendError):
+    """The machinery behind sandboxes (an engine, an API server) does not answer now: the
+    request is refused with 503 and changes nothing; retrying later is safe."""
+
+
+RESTART_LOSS = "the sandbox died while the orchestrator was down and was cleaned up on restart"
+
+
 class SandboxRegistry(Protocol):
     """What a backend that learns of sandboxes on its own (other replicas' pods) tells."""
 

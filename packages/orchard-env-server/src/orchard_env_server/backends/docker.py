@@ -28,7 +28,7 @@ import httpx
 from ..agent_client import unix_transport
 from ..records import AgentEndpoint, SandboxRecord, load_record, save_record
 from ..settings import Settings
-from .base import BackendError, SandboxRegistry
+from .base import RESTART_LOSS, BackendError, BackendUnavailable, SandboxRegistry
 from .docker_api import DockerEngine, EngineError
 from .docker_injection import AgentMount, prepare_agent_mount
 from .docker_spec import (
@@ -99,7 +99,10 @@ class DockerBackend:
             return value
 
     async def _recover(self) -> list[SandboxRecord]:
-        """Adopt running containers that have a record; remove everything else of ours."""
+        """Adopt running containers that have a record; remove everything else of ours.
+
+        Sandboxes with a record whose container is not running come back ``failed`` (the
+        service keeps them for a while so that clients learn what happened)."""
         containers = await self._list_ours()
         by_sandbox = {c["Labels"].get(LABEL_SANDBOX, ""): c for c in containers}
         found: list[SandboxRecord] = []
@@ -116,6 +119,10 @@ class DockerBackend:
             if container is not None:
                 await self._engine.remove(container["Id"])
             self._remove_dirs(home.name)
+            if record is not None:
+                state = container.get("State") if container is not None else "gone"
+                record.mark("failed", f"{RESTART_LOSS} (its container: {state})")
+                found.append(record)
         for container in by_sandbox.values():
             log.info("removing container %s: no record of it", container["Id"][:12])
             await self._engine.remove(container["Id"])
@@ -154,6 +161,8 @@ class DockerBackend:
             container = await self._engine.create_container(container_name(sandbox_id), spec)
         except EngineError as exc:
             self._remove_dirs(sandbox_id)
+            if exc.status is None:
+                raise BackendUnavailable(str(exc)) from exc
             if exc.not_found:
                 raise BackendError(
                     f"image {record.image!r} is not on the Docker engine (nothing is pulled "
@@ -217,7 +226,7 @@ class DockerBackend:
         try:
             info = await self._engine.info()
         except EngineError as exc:
-            raise BackendError(str(exc)) from exc
+            raise BackendUnavailable(str(exc)) from exc
         return {
             "backend": self.name,
             "isolation": "docker",

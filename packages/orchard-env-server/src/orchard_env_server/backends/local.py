@@ -21,7 +21,7 @@ from typing import Any
 
 from ..records import AgentEndpoint, SandboxRecord, load_record, save_record
 from ..settings import Settings
-from .base import BackendError, SandboxRegistry
+from .base import RESTART_LOSS, BackendError, SandboxRegistry
 from .bubblewrap import HolderSpec, bwrap_usable, start_holder
 from .local_agent import LocalAgent
 from .processes import is_alive, kill_and_wait, start_time
@@ -78,7 +78,8 @@ class LocalBackend:
         return await self._recover(known)
 
     async def _recover(self, known: set[str]) -> list[SandboxRecord]:
-        """Sandboxes of an earlier run whose holder lives on; the rest are removed."""
+        """Sandboxes of an earlier run whose holder lives on; the rest are removed and come
+        back ``failed``, so that their clients learn what happened."""
         found: list[SandboxRecord] = []
         for path in sorted(self._sandboxes.iterdir()):
             record = load_record(path)
@@ -86,6 +87,9 @@ class LocalBackend:
                 log.info("cleaning up sandbox %s left by an earlier run", path.name)
                 await self._kill_holder(record)
                 await asyncio.to_thread(shutil.rmtree, path, True)
+                if record is not None:
+                    record.mark("failed", f"{RESTART_LOSS} (its namespace holder had exited)")
+                    found.append(record)
                 continue
             if record.agent is not None:
                 record.agent.base_url = self._agent.base_url

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
+import httpx
 import websockets
 from fastapi import APIRouter, Depends, Query, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from orchard_env_agent.wsrelay import relay, requested_subprotocols
 
-from ..agent_client import AgentClient, stream_body
+from ..agent_client import AgentClient, AgentUnreachable, stream_body
 from ..auth import presented_key, tenant_for
 from ..errors import ApiError, job_not_found
-from ..records import AgentEndpoint
+from ..records import AgentEndpoint, SandboxRecord
 from ..schemas import ApplyPatchRequest, ExecRequest, JobInfo, JobQueued, PatchResult
 from ..service import SandboxService
 from .deps import agents, request_id
@@ -27,70 +30,137 @@ RequestId = Annotated[str | None, Depends(request_id)]
 _GRACE_S = 30.0
 
 
-def _exec_body(body: ExecRequest) -> dict[str, Any]:
-    return body.model_dump(exclude_none=True)
+def _exec_body(body: ExecRequest, job_id: str) -> dict[str, Any]:
+    return {**body.model_dump(exclude_none=True), "job_id": job_id}
+
+
+def _lost_reason(exc: ApiError) -> str:
+    return f"the sandbox's agent went away while the job ran ({exc.detail})"
 
 
 @router.post("/sandboxes/{sandbox_id}/exec", response_model=JobInfo | JobQueued)
 async def exec_command(
     sandbox_id: str, body: ExecRequest, tenant: Tenant, svc: Service, ag: Agents, rid: RequestId
 ) -> JSONResponse:
-    """Run a command; ``wait: true`` answers with the finished job."""
-    _, endpoint = svc.ready_endpoint(tenant, sandbox_id)
+    """Run a command; ``wait: true`` answers with the finished job.
+
+    If the sandbox's agent dies before a waited job ends, the answer is that job, ``failed``
+    with the reason (the orchestrator picked its id, so it can say which job was lost).
+    """
+    record, endpoint = svc.ready_endpoint(tenant, sandbox_id)
     timeout = (body.timeout_seconds or 300) + _GRACE_S if body.wait else _GRACE_S
+    job_id = svc.jobs.open(sandbox_id, tenant, body.command)
     async with svc.slot():
-        job = await ag.request(
-            endpoint, "POST", "/exec", json=_exec_body(body), timeout=timeout, request_id=rid
-        )
-    return JSONResponse(job)
+        try:
+            job = await ag.request(
+                endpoint, "POST", "/exec", json=_exec_body(body, job_id), timeout=timeout,
+                request_id=rid,
+            )  # fmt: skip
+        except AgentUnreachable as exc:
+            svc.agent_gone(record)
+            lost = svc.jobs.lost(job_id, _lost_reason(exc))
+            if not body.wait or lost is None:
+                raise
+            return JSONResponse(lost)
+        except ApiError:
+            svc.jobs.discard(job_id)
+            raise
+    return JSONResponse(svc.jobs.observe(job))
 
 
 @router.post("/sandboxes/{sandbox_id}/exec/stream")
 async def exec_stream(
     sandbox_id: str, body: ExecRequest, tenant: Tenant, svc: Service, ag: Agents
 ) -> StreamingResponse:
-    """Stream NDJSON output events as they appear, ending with an ``exit`` event."""
-    _, endpoint = svc.ready_endpoint(tenant, sandbox_id)
-    response = await ag.open_stream(
-        endpoint, "POST", "/exec/stream", json=_exec_body(body), timeout=None
-    )
+    """Stream NDJSON output events as they appear, ending with an ``exit`` event.
 
-    return StreamingResponse(stream_body(response), media_type="application/x-ndjson")
+    A stream whose agent dies midway still ends with an ``exit`` event: the job, ``failed``.
+    """
+    record, endpoint = svc.ready_endpoint(tenant, sandbox_id)
+    job_id = svc.jobs.open(sandbox_id, tenant, body.command)
+    try:
+        response = await ag.open_stream(
+            endpoint, "POST", "/exec/stream", json=_exec_body(body, job_id), timeout=None
+        )
+    except ApiError:
+        svc.jobs.discard(job_id)
+        raise
+
+    async def events() -> AsyncIterator[bytes]:
+        tail = b""
+        try:
+            async for chunk in stream_body(response):
+                tail = (tail + chunk)[-1:]
+                yield chunk
+        except httpx.TransportError as exc:
+            svc.agent_gone(record)
+            reason = f"the sandbox's agent went away while the job ran ({exc!r})"
+            lost = svc.jobs.lost(job_id, reason)
+            if lost is not None:
+                yield (b"\n" if tail not in (b"", b"\n") else b"") + (
+                    json.dumps({"type": "exit", **lost}) + "\n"
+                ).encode()
+        else:
+            svc.jobs.discard(job_id)
+
+    return StreamingResponse(events(), media_type="application/x-ndjson")
 
 
-def _job_sandbox(svc: SandboxService, tenant: str, job_id: str) -> AgentEndpoint:
+def _job_sandbox(
+    svc: SandboxService, tenant: str, job_id: str
+) -> tuple[SandboxRecord | None, AgentEndpoint | None]:
+    """The job's sandbox and its agent; no agent when the sandbox cannot serve any more."""
     sandbox_id, sep, _ = job_id.partition(".")
     if not sep:
         raise job_not_found(job_id)
     try:
         record = svc.get(tenant, sandbox_id)
     except ApiError:
+        if svc.jobs.declared_lost(job_id, tenant) is not None:
+            return None, None
         raise job_not_found(job_id) from None
     if record.agent is None or record.status != "ready":
         reason = record.error or f"sandbox is {record.status}"
+        if svc.jobs.lost(job_id, f"the sandbox stopped serving: {reason}") is not None:
+            return record, None
         raise ApiError(409, "sandbox_not_ready", f"job {job_id!r} is unavailable: {reason}")
-    return record.agent
+    return record, record.agent
 
 
-async def _job_call(ag: AgentClient, endpoint: AgentEndpoint, method: str, path: str, job_id: str,
-                    **kwargs: Any) -> Any:  # fmt: skip
+async def _job_call(svc: SandboxService, ag: AgentClient, tenant: str, method: str, suffix: str,
+                    job_id: str, **kwargs: Any) -> Any:  # fmt: skip
+    """Ask the job's agent; answer for a job the agent lost (it died, or restarted)."""
+    record, endpoint = _job_sandbox(svc, tenant, job_id)
+    if endpoint is None:
+        return svc.jobs.declared_lost(job_id, tenant)
+    assert record is not None
     try:
-        return await ag.request(endpoint, method, path, **kwargs)
+        return svc.jobs.observe(
+            await ag.request(endpoint, method, f"/jobs/{job_id}{suffix}", **kwargs)
+        )
+    except AgentUnreachable as exc:
+        svc.agent_gone(record)
+        lost = svc.jobs.lost(job_id, _lost_reason(exc))
+        if lost is None:
+            raise
+        return lost
     except ApiError as exc:
-        if exc.status == 404:
-            raise ApiError(
-                404,
-                "job_not_found",
-                f"job {job_id!r} is not known to the sandbox's agent (never existed, evicted, "
-                "or lost when the agent restarted)",
-            ) from None
-        raise
+        if exc.status != 404:
+            raise
+        lost = svc.jobs.lost(job_id, "the sandbox's agent restarted while the job ran")
+        if lost is not None:
+            return lost
+        raise ApiError(
+            404,
+            "job_not_found",
+            f"job {job_id!r} is not known to the sandbox's agent (never existed, evicted, "
+            "or lost when the agent restarted)",
+        ) from None
 
 
 @router.get("/jobs/{job_id}", response_model=JobInfo)
 async def get_job(job_id: str, tenant: Tenant, svc: Service, ag: Agents) -> JSONResponse:
-    endpoint = _job_sandbox(svc, tenant, job_id)
-    return JSONResponse(await _job_call(ag, endpoint, "GET", f"/jobs/{job_id}", job_id))
+    return JSONResponse(await _job_call(svc, ag, tenant, "GET", "", job_id))
 
 
 @router.get("/jobs/{job_id}/wait", response_model=JobInfo)
@@ -102,9 +172,8 @@ async def wait_job(
     timeout: Annotated[float, Query(gt=0, le=3600)] = 60.0,
 ) -> JSONResponse:
     """The job once finished, or as it is when ``timeout`` runs out (status ``running``)."""
-    endpoint = _job_sandbox(svc, tenant, job_id)
     job = await _job_call(
-        ag, endpoint, "GET", f"/jobs/{job_id}/wait", job_id,
+        svc, ag, tenant, "GET", "/wait", job_id,
         params={"timeout": timeout}, timeout=timeout + _GRACE_S,
     )  # fmt: skip
     return JSONResponse(job)
@@ -112,8 +181,7 @@ async def wait_job(
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobInfo)
 async def cancel_job(job_id: str, tenant: Tenant, svc: Service, ag: Agents) -> JSONResponse:
-    endpoint = _job_sandbox(svc, tenant, job_id)
-    return JSONResponse(await _job_call(ag, endpoint, "POST", f"/jobs/{job_id}/cancel", job_id))
+    return JSONResponse(await _job_call(svc, ag, tenant, "POST", "/cancel", job_id))
 
 
 @router.post("/sandboxes/{sandbox_id}/apply_patch", response_model=PatchResult)
