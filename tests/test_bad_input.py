@@ -31,6 +31,8 @@ def sid(server, image):
         {"image": "host", "memory": "lots"},
         {"image": "host", "env": {"K": 1}},
         {"image": 5},
+        {"image": "host", "block_network": 0},  # no coercion: 0 is not a boolean
+        {"image": "host", "timeout": "60"},
     ],
 )
 def test_invalid_create_bodies_are_422(server, body):
@@ -44,7 +46,7 @@ def test_invalid_create_bodies_are_422(server, body):
 @pytest.mark.parametrize(
     "body",
     [{}, {"command": ""}, {"command": []}, {"command": "true", "bogus": 1},
-     {"command": "true", "timeout_seconds": 0}, {"command": 12}],
+     {"command": "true", "timeout_seconds": 0}, {"command": 12}, {"command": "true", "wait": 1}],
 )  # fmt: skip
 def test_invalid_exec_bodies_are_422(server, sid, body):
     response = httpx.post(f"{server.url}/sandboxes/{sid}/exec", json=body)
@@ -123,3 +125,71 @@ def test_exec_on_a_deleted_sandbox_is_404(server, image):
     httpx.delete(f"{server.url}/sandboxes/{sid}")
     response = httpx.post(f"{server.url}/sandboxes/{sid}/exec", json={"command": "true"})
     assert response.status_code == 404
+
+
+def test_a_405_allows_every_method_of_the_path(server):
+    # FastAPI has one route per method; the Allow header must list all of the path's.
+    response = httpx.request("PATCH", f"{server.url}/sandboxes")
+    assert response.status_code == 405 and response.json()["code"] == "method_not_allowed"
+    assert response.headers["allow"] == "GET, POST"
+    assert httpx.options(f"{server.url}/sandboxes/x").headers["allow"] == "DELETE, GET"
+
+
+def test_invalid_base64_content_is_422_and_the_schema_says_base64(server, sid):
+    response = httpx.post(f"{server.url}/sandboxes/{sid}/files",
+                          json={"path": "/workspace/b64", "content": "W\u00e9=="})  # fmt: skip
+    assert response.status_code == 422 and response.json()["code"] == "invalid_body"
+    body = httpx.get(f"{server.url}/openapi.json").json()["components"]["schemas"]
+    assert body["WriteFileRequest"]["properties"]["content"]["pattern"]
+
+
+def test_the_openapi_documents_non_json_answers_and_raw_bodies(server):
+    spec = httpx.get(f"{server.url}/openapi.json").json()["paths"]
+    assert "text/plain" in spec["/metrics"]["get"]["responses"]["200"]["content"]
+    raw_get = spec["/sandboxes/{sandbox_id}/fs"]["get"]["responses"]["200"]["content"]
+    assert set(raw_get) == {"application/octet-stream", "application/x-tar"}
+    assert (
+        "application/octet-stream"
+        in spec["/sandboxes/{sandbox_id}/fs"]["put"]["requestBody"]["content"]
+    )
+    port = spec["/sandboxes/{sandbox_id}/ports/{port}/{path}"]["get"]["responses"]
+    assert "502" in port and "default" in port
+    (label,) = spec["/sandboxes"]["get"]["parameters"]
+    assert label["schema"]["items"]["pattern"] == "^[^=]+="
+    assert httpx.get(f"{server.url}/sandboxes", params={"label": "novalue"}).status_code == 400
+
+
+PATH_ECHO = """
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = self.path.encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+http.server.HTTPServer(("127.0.0.1", 8125), H).serve_forever()
+"""
+
+
+def test_forwarded_paths_are_re_encoded_not_decoded_on_the_way(server, sid):
+    job = httpx.post(f"{server.url}/sandboxes/{sid}/exec",
+                     json={"command": ["python3", "-c", PATH_ECHO], "timeout_seconds": 120})  # fmt: skip
+    base = f"{server.url}/sandboxes/{sid}/ports/8125"
+    try:
+        deadline = time.monotonic() + 20
+        while httpx.get(f"{base}/").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        # Non-ASCII was a 500 (the agent wrote it raw into the request line); a decoded
+        # "?" started a query; ".." segments were resolved by the HTTP client, so this
+        # one reached the agent's own /files endpoint instead of the sandboxed service.
+        for sent, seen in [
+            ("caf%C3%A9", "/caf%C3%A9"),
+            ("a%3Fb%23c", "/a%3Fb%23c"),
+            ("x/%2E%2E/%2E%2E/%2E%2E/files?path=fuzz", "/x/%2E%2E/%2E%2E/%2E%2E/files?path=fuzz"),
+        ]:
+            response = httpx.get(f"{base}/{sent}")
+            assert (response.status_code, response.text) == (200, seen)
+    finally:
+        httpx.post(f"{server.url}/jobs/{job.json()['job_id']}/cancel")

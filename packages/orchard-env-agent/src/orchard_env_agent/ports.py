@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import urllib.parse
 from collections.abc import AsyncIterator
 
 import anyio.to_thread
@@ -36,6 +37,25 @@ HOP_BY_HOP = {
 }
 
 
+# What a path segment may carry unescaped (RFC 3986 pchar, minus "%": a literal "%" that
+# arrived as %25 must leave as %25 again).
+_SEGMENT_SAFE = "!$&'()*+,;=:@~"
+
+
+def quote_path(path: str) -> str:
+    """Re-encode a percent-decoded URL path for the next hop.
+
+    Routers hand path parameters over decoded; sent on as they are, non-ASCII breaks the
+    request line, a decoded ``?`` or ``#`` would start a query or fragment, and HTTP
+    clients resolve ``.`` and ``..`` segments (a forwarded ``../../files`` would reach
+    another endpoint). Each segment is escaped, dot segments included.
+    """
+    return "/".join(
+        "%2E" * len(seg) if seg in (".", "..") else urllib.parse.quote(seg, safe=_SEGMENT_SAFE)
+        for seg in path.split("/")
+    )
+
+
 async def forward(ctx: SandboxContext, request: Request, port: int, path: str) -> Response:
     if not 1 <= port <= 65535:
         raise ApiError(400, "invalid_port", f"port {port} is out of range")
@@ -49,7 +69,7 @@ async def forward(ctx: SandboxContext, request: Request, port: int, path: str) -
     sock.setblocking(False)
     reader, writer = await asyncio.open_connection(sock=sock)
     conn = h11.Connection(our_role=h11.CLIENT)
-    target = "/" + path + (("?" + request.url.query) if request.url.query else "")
+    target = "/" + quote_path(path) + (("?" + request.url.query) if request.url.query else "")
     headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
     headers += [("host", f"127.0.0.1:{port}"), ("connection", "close")]
     headers.append(("content-length", str(len(body))))
@@ -113,7 +133,7 @@ async def forward_websocket(ctx: SandboxContext, ws: WebSocket, port: int, path:
         return
     sock.setblocking(False)
     query = ws.url.query
-    uri = f"ws://127.0.0.1:{port}/{path}" + (f"?{query}" if query else "")
+    uri = f"ws://127.0.0.1:{port}/{quote_path(path)}" + (f"?{query}" if query else "")
     try:
         async with websockets.connect(
             uri, sock=sock, subprotocols=requested_subprotocols(ws),  # type: ignore[arg-type]

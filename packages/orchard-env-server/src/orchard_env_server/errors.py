@@ -8,6 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import compile_path
 
 log = logging.getLogger("orchard_env_server")
 
@@ -93,6 +94,19 @@ def _describe_validation(exc: RequestValidationError) -> str:
     return "invalid request: " + "; ".join(parts)
 
 
+def _allowed_methods(request: Request) -> str:
+    """Every method the API serves at this path. Starlette's 405 names only the methods
+    of the first route that matched the path, but FastAPI has one route per method (GET
+    and POST /sandboxes are two routes); the OpenAPI paths list them all."""
+    app: FastAPI = request.app
+    path = request.scope.get("path", "")
+    methods: set[str] = set()
+    for template, operations in app.openapi().get("paths", {}).items():
+        if compile_path(template)[0].match(path):
+            methods |= {method.upper() for method in operations}
+    return ", ".join(sorted(methods))
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map every exception type to ``{"detail", "code"}`` with the right status."""
 
@@ -104,10 +118,13 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError)
         return error_response(422, "invalid_body", _describe_validation(exc))
 
-    async def on_http(_: Request, exc: Exception) -> JSONResponse:
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         code = _STATUS_CODES.get(exc.status_code, "error")
-        return error_response(exc.status_code, code, str(exc.detail), dict(exc.headers or {}))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = _allowed_methods(request) or headers.get("Allow", "")
+        return error_response(exc.status_code, code, str(exc.detail), headers)
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)

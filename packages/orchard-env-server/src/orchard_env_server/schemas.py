@@ -16,9 +16,10 @@ JobStatus = Literal["queued", "running", "succeeded", "failed"]
 
 
 class _Strict(BaseModel):
-    """Unknown fields are rejected (422), never silently ignored."""
+    """Unknown fields are rejected (422), never silently ignored; nor is a value of the
+    wrong JSON type coerced (``0`` or ``"no"`` is not a boolean, ``"5"`` not a number)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class CreateSandboxRequest(_Strict):
@@ -132,9 +133,16 @@ class PatchResult(BaseModel):
     method: str | None = None
 
 
+# What the agent's ``base64.b64decode(validate=True)`` takes: the standard alphabet, padded.
+Base64 = Annotated[
+    str,
+    StringConstraints(pattern=r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"),
+]
+
+
 class WriteFileRequest(_Strict):
     path: Annotated[str, StringConstraints(min_length=1, max_length=4096)]
-    content: str
+    content: Base64
 
 
 class WriteFileResult(BaseModel):

@@ -68,7 +68,12 @@ async def exec_command(
     return JSONResponse(svc.jobs.observe(job))
 
 
-@router.post("/sandboxes/{sandbox_id}/exec/stream")
+@router.post(
+    "/sandboxes/{sandbox_id}/exec/stream",
+    response_class=StreamingResponse,
+    responses={200: {"description": "NDJSON events, the last one of type exit",
+                     "content": {"application/x-ndjson": {}}}},
+)  # fmt: skip
 async def exec_stream(
     sandbox_id: str, body: ExecRequest, tenant: Tenant, svc: Service, ag: Agents
 ) -> StreamingResponse:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..agent_client import forwardable_headers, stream_body
 from ..errors import too_large
@@ -52,7 +52,15 @@ async def list_files(
     return JSONResponse(await ag.request(endpoint, "GET", "/files/list", params={"path": path}))
 
 
-@router.put("/sandboxes/{sandbox_id}/fs", response_model=WriteFileResult)
+_RAW_BODY: dict[str, Any] = {
+    "requestBody": {  # read as a stream, so FastAPI cannot infer it; documented here
+        "description": "The file's raw bytes, or a tar archive with ``archive=tar``",
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+
+
+@router.put("/sandboxes/{sandbox_id}/fs", response_model=WriteFileResult, openapi_extra=_RAW_BODY)
 async def put_raw(
     sandbox_id: str,
     path: PathParam,
@@ -101,7 +109,15 @@ async def _capped(source: AsyncIterator[bytes], cap: int) -> AsyncIterator[bytes
         yield chunk
 
 
-@router.get("/sandboxes/{sandbox_id}/fs")
+_RAW_CONTENT: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The file's bytes, or a tar of the directory with ``archive=tar``",
+        "content": {"application/octet-stream": {}, "application/x-tar": {}},
+    }
+}
+
+
+@router.get("/sandboxes/{sandbox_id}/fs", response_class=Response, responses=_RAW_CONTENT)
 async def get_raw(
     sandbox_id: str,
     path: PathParam,

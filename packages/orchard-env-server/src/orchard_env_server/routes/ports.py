@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request, WebSocket
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
+
+from orchard_env_agent.ports import quote_path
 
 from ..agent_client import forwardable_headers, stream_body
+from ..schemas import ErrorBody
 from .exec import Agents, proxy_websocket
 from .sandboxes import Service, Tenant
 
 router = APIRouter(tags=["ports"])
 _STRIP = {"x-api-key", "authorization", "host", "content-length", "x-orchard-sandbox"}
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    "default": {
+        "description": "The sandboxed service's own answer (any status and body), passed through",
+        "content": {"*/*": {}},
+    },
+    502: {"model": ErrorBody, "description": "Nothing listens on the port, or a bad answer"},
+}
 
 
 async def forward_port(
@@ -27,7 +37,7 @@ async def forward_port(
     """Method, headers (minus auth) and body pass through; the answer streams back."""
     _, endpoint = svc.ready_endpoint(tenant, sandbox_id)
     headers = {k: v for k, v in request.headers.items() if k.lower() not in _STRIP}
-    target = f"/ports/{port}/{path}"
+    target = f"/ports/{port}/{quote_path(path)}"  # path arrives decoded
     response = await ag.open_stream(
         endpoint, request.method, target, params=list(request.query_params.multi_items()),
         content=request.stream(), headers=headers, timeout=None, passthrough_errors=True,
@@ -46,6 +56,8 @@ for _method in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"):
         forward_port,
         methods=[_method],
         operation_id=f"forward_port_{_method.lower()}",
+        response_class=Response,
+        responses=_RESPONSES,
     )
 
 
@@ -54,4 +66,4 @@ async def forward_port_websocket(
     websocket: WebSocket, sandbox_id: str, port: int, path: str
 ) -> None:
     """A WebSocket to a server inside the sandbox, relayed frame by frame via the agent."""
-    await proxy_websocket(websocket, sandbox_id, f"/ports/{port}/{path}")
+    await proxy_websocket(websocket, sandbox_id, f"/ports/{port}/{quote_path(path)}")

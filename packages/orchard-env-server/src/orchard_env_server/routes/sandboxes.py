@@ -39,7 +39,10 @@ async def create_sandbox(body: CreateSandboxRequest, tenant: Tenant, svc: Servic
 async def list_sandboxes(
     tenant: Tenant,
     svc: Service,
-    label: Annotated[list[str], Query()] = [],  # noqa: B006
+    # ``_parse_labels`` enforces the form (400); the schema says so to clients.
+    label: Annotated[
+        list[str], Query(json_schema_extra={"items": {"type": "string", "pattern": "^[^=]+="}})
+    ] = [],  # noqa: B006
 ) -> SandboxList:
     """This tenant's sandboxes, optionally filtered by ``?label=k=v`` (repeatable)."""
     return SandboxList(sandboxes=[r.info() for r in svc.list(tenant, _parse_labels(label))])
