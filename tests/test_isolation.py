@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from orchard_env_client import SandboxClient
+from orchard_env_client import OrchardError, SandboxClient
 from orchard_testing import only_backend
 
 pytestmark = [
@@ -91,3 +93,68 @@ def test_a_root_filesystem_archive_is_an_image(client, tmp_path):
         tar.add(root, arcname=".")
     sbx = client.create_sandbox(str(archive))
     assert sbx.exec("cat /etc/marker").stdout == "custom-root\n"
+
+
+def _cgroup_dir(server, sandbox_id: str, controller: str) -> Path:
+    """The sandbox's cgroup (v1: under the controller's hierarchy; v2: the one tree)."""
+    procs = json.loads((server.state_dir / "sandboxes" / sandbox_id / "record.json").read_text())[
+        "backend_state"
+    ]["cgroup_procs"]
+    for path in procs:
+        if Path("/sys/fs/cgroup/cgroup.controllers").exists() or f"/{controller}/" in path:
+            return Path(path).parent
+    raise AssertionError(f"no {controller} cgroup in {procs}")
+
+
+def test_a_memory_hog_is_killed_and_the_sandbox_lives_on(server, client):
+    sbx = client.create_sandbox("host", memory="64Mi")
+    memory = _cgroup_dir(server, sbx.sandbox_id, "memory")
+    limit = memory / ("memory.max" if (memory / "memory.max").exists() else "memory.limit_in_bytes")
+    assert int(limit.read_text()) == 64 << 20
+    job = sbx.exec("python3 -c 'b = bytearray(400 << 20); print(\"survived\")'", timeout=60)
+    assert "survived" not in job.stdout
+    assert job.exit_code == 137 or (job.error and "signal 9" in job.error), job
+    assert sbx.exec("echo alive").stdout == "alive\n"
+    assert sbx.refresh().status == "ready"
+    sbx.delete()
+    assert not memory.exists(), "the sandbox's cgroup outlived it"
+
+
+def test_commands_run_inside_the_sandboxs_cgroups(server, client):
+    sbx = client.create_sandbox("host", cpu="0.5")
+    pids = _cgroup_dir(server, sbx.sandbox_id, "pids")
+    assert int((pids / "pids.max").read_text()) == 1024  # the default --pids-limit
+    inside = sbx.exec("cat /proc/self/cgroup").stdout
+    assert sbx.sandbox_id in inside, inside
+    cpu = _cgroup_dir(server, sbx.sandbox_id, "cpu")
+    quota = (cpu / "cpu.max").read_text().split()[0] if (cpu / "cpu.max").exists() else (
+        (cpu / "cpu.cfs_quota_us").read_text().strip()
+    )  # fmt: skip
+    assert int(quota) == 50_000
+    sbx.delete()
+
+
+def test_a_fork_bomb_is_held_at_the_pids_limit(fresh_server):
+    srv = fresh_server
+    srv.start("--pids-limit", "64")
+    with SandboxClient(base_url=srv.url) as c:
+        sbx = c.create_sandbox("host")
+        bystander = c.create_sandbox("host")
+        pids = _cgroup_dir(srv, sbx.sandbox_id, "pids")
+        job = sbx.start("bomb() { bomb | bomb & }; bomb; sleep 30", timeout=4)
+        time.sleep(2)
+        assert int((pids / "pids.current").read_text()) <= 64
+        assert bystander.exec("echo unaffected", timeout=10).stdout == "unaffected\n"
+        assert httpx.get(srv.url + "/health").status_code == 200
+        assert job.wait(timeout=30).status == "failed"
+        deadline = time.monotonic() + 20
+        while True:  # forks fail while the bomb's last processes die; then it recovers
+            try:
+                if sbx.exec("echo recovered", timeout=5).stdout == "recovered\n":
+                    break
+            except OrchardError:
+                pass
+            assert time.monotonic() < deadline, "the sandbox did not recover from the bomb"
+            time.sleep(0.5)
+        sbx.delete()
+        assert not pids.exists()

@@ -64,7 +64,19 @@ def _start_holder(ws: Path) -> tuple[subprocess.Popen[bytes], int]:
         except ValueError:
             assert time.monotonic() < deadline and proc.poll() is None, "bwrap did not start"
             time.sleep(0.02)
-    return proc, int(data["child-pid"])
+    pid = int(data["child-pid"])
+    # bwrap reports the pid before the child has built its mounts: wait until the child's
+    # /workspace is ours (it switches to the new root only after every mount).
+    want = os.stat(ws)
+    while True:
+        try:
+            got = os.stat(f"/proc/{pid}/root/workspace")
+            if (got.st_dev, got.st_ino) == (want.st_dev, want.st_ino):
+                return proc, pid
+        except OSError:
+            pass
+        assert time.monotonic() < deadline and proc.poll() is None, "bwrap did not set up"
+        time.sleep(0.005)
 
 
 @pytest.fixture

@@ -258,6 +258,7 @@ class Agent:
             workdir=body.get("workdir") or "/workspace",
             holder_pid=body.get("holder_pid"),
             mounts=mounts,
+            cgroup_procs=body.get("cgroup_procs", []),
         )
         self.registry.add(ctx)
         return JSONResponse({"sandbox_id": ctx.sandbox_id, "status": "registered"}, 201)

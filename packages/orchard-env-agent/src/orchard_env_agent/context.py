@@ -27,6 +27,8 @@ class SandboxContext:
     workdir: str
     holder_pid: int | None
     mounts: list[Mount]
+    # The sandbox's cgroups (local backend): every command moves itself in before it runs.
+    cgroup_procs: list[str] = field(default_factory=list)
     jobs: JobStore = field(init=False)
     _has_bash: bool | None = field(default=None, init=False)
 

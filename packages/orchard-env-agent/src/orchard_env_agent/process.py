@@ -97,6 +97,28 @@ class Reaper:
 REAPER = Reaper()
 
 
+def join_cgroups(procs_files: Sequence[str]) -> Callable[[], None] | None:
+    """A ``preexec_fn`` moving the child into the given cgroups; None when there are none.
+
+    It runs between fork and exec, so it uses plain system calls only; a failure aborts
+    the spawn (Popen raises), so a command never runs outside its sandbox's limits.
+    """
+    if not procs_files:
+        return None
+    paths = [os.fsencode(p) for p in procs_files]
+
+    def join() -> None:
+        pid = str(os.getpid()).encode()
+        for path in paths:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, pid)
+            finally:
+                os.close(fd)
+
+    return join
+
+
 @dataclass
 class Spawned:
     pid: int
@@ -117,9 +139,12 @@ def spawn(
     stdin: bytes | None,
     on_stdout: Callable[[bytes], None],
     on_stderr: Callable[[bytes], None],
+    cgroup_procs: Sequence[str] = (),
 ) -> Spawned:
     """Start argv in its own session; output goes to the callbacks, EOF flushes them.
 
+    With ``cgroup_procs`` the child moves itself into those cgroups before it executes
+    (so everything it forks is limited from the first instruction on).
     Raises FileNotFoundError / PermissionError / OSError from exec as Popen does.
     """
     loop = asyncio.get_running_loop()
@@ -132,6 +157,7 @@ def spawn(
         stderr=subprocess.PIPE,
         start_new_session=True,
         close_fds=True,
+        preexec_fn=join_cgroups(cgroup_procs),
     )
     exited: asyncio.Future[ExitInfo] = loop.create_future()
     proc = Spawned(popen.pid, popen, exited)

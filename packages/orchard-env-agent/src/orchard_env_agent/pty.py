@@ -13,11 +13,12 @@ import signal
 import struct
 import subprocess
 import termios
+from collections.abc import Callable
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from .context import DEFAULT_PATH, SandboxContext
-from .process import REAPER, ExitInfo
+from .process import REAPER, ExitInfo, join_cgroups
 from .runner import nsenter_prefix
 
 
@@ -25,8 +26,15 @@ def _set_size(fd: int, cols: int, rows: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
-def _make_controlling_tty() -> None:  # runs in the child, after setsid()
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+def _child_setup(cgroup_procs: list[str]) -> Callable[[], None]:
+    join = join_cgroups(cgroup_procs)
+
+    def setup() -> None:  # runs in the child, after setsid()
+        if join is not None:
+            join()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    return setup
 
 
 def _int(value: str | None, default: int) -> int:
@@ -62,10 +70,10 @@ async def run_pty(ctx: SandboxContext, ws: WebSocket) -> None:
             cwd=popen_cwd,
             env=env,
             start_new_session=True,
-            preexec_fn=_make_controlling_tty,
+            preexec_fn=_child_setup(ctx.cgroup_procs),
             close_fds=True,
         )
-    except OSError as exc:
+    except (OSError, subprocess.SubprocessError) as exc:
         os.close(master)
         os.close(slave)
         await ws.send_bytes(f"cannot start {shlex.join(argv)}: {exc}\r\n".encode())

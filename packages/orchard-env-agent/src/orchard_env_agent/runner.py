@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import subprocess
 import time
 
 from .context import DEFAULT_PATH, SandboxContext
@@ -85,12 +86,13 @@ def start_job(
             stdin=stdin.encode() if stdin else None,
             on_stdout=lambda b: job.feed("stdout", b),
             on_stderr=lambda b: job.feed("stderr", b),
+            cgroup_procs=ctx.cgroup_procs,
         )
     except FileNotFoundError:
         return _fail(job, ctx, 127, f"{shlex.quote(argv[0])}: command not found")
     except PermissionError:
         return _fail(job, ctx, 126, f"{shlex.quote(argv[0])}: permission denied")
-    except OSError as exc:
+    except (OSError, subprocess.SubprocessError) as exc:
         return _fail(job, ctx, None, f"could not start the command: {exc}")
     job.proc = proc
     job.status = "running"

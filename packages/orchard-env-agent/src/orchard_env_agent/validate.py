@@ -102,6 +102,14 @@ FILE_FIELDS: dict[str, tuple[Check, str]] = {
 }
 
 
+def is_cgroup_procs(v: Any) -> bool:
+    return isinstance(v, list) and all(
+        is_str(p) and p.startswith("/sys/fs/cgroup/") and p.endswith("/cgroup.procs")
+        and "/../" not in p
+        for p in v
+    )  # fmt: skip
+
+
 def is_mounts(v: Any) -> bool:
     if not isinstance(v, list):
         return False
@@ -125,4 +133,5 @@ REGISTER_FIELDS: dict[str, tuple[Check, str]] = {
     "workdir": (is_str, "a string"),
     "holder_pid": (lambda v: is_int(v) and v > 0, "a positive integer"),
     "mounts": (is_mounts, "a list of {path, host_path, writable}"),
+    "cgroup_procs": (is_cgroup_procs, "a list of absolute paths to cgroup.procs files"),
 }

@@ -57,7 +57,8 @@ class Settings:
     docker_host: str | None = None  # default: $DOCKER_HOST, else the local socket
     agent_image: str = "orchard/agent-injector:latest"  # the injector image (init container)
     agent_bundle: Path | None = None  # or: bind this agent bundle directory read-only
-    pids_limit: int = 1024  # per sandbox container
+    pids_limit: int = 1024  # per sandbox (container, or local cgroup)
+    local_memory_default: str | None = "4Gi"  # local sandboxes' memory cap when none is asked
     docker_network: str = "bridge"  # for sandboxes with block_network=false
     # Kubernetes backend
     kubeconfig: Path | None = None  # default: in-cluster config in a pod, else $KUBECONFIG

@@ -19,10 +19,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from ..quantities import parse_cpu, parse_memory
 from ..records import AgentEndpoint, SandboxRecord, load_record, save_record
 from ..settings import Settings
 from .base import RESTART_LOSS, BackendError, SandboxRegistry
 from .bubblewrap import HolderSpec, bwrap_usable, start_holder
+from .cgroups import Cgroups, Limits
 from .local_agent import LocalAgent
 from .processes import is_alive, kill_and_wait, start_time
 
@@ -48,6 +50,7 @@ class LocalBackend:
         self.isolated, self._why_not = False, ""
         self._agent = LocalAgent(self._state, settings.max_output_bytes, settings.max_upload_bytes)
         self._registered: set[str] = set()
+        self._cgroups = Cgroups(self._state)
         # Holder starts block on bwrap's setup (~10 ms each); the default pool of a few
         # threads would queue a burst of creates behind each other.
         self._spawner = ThreadPoolExecutor(max_workers=32, thread_name_prefix="orchard-holder")
@@ -73,9 +76,19 @@ class LocalBackend:
                 "processes and network. Install bubblewrap for isolation.",
                 self._why_not,
             )
+        else:
+            usable, why = await asyncio.to_thread(self._cgroups.probe)
+            if not usable:
+                log.warning("local sandboxes run WITHOUT resource limits (pids, memory, "
+                            "cpu): %s. Run as root for per-sandbox cgroups.", why)  # fmt: skip
         fresh_agent = await self._agent.ensure()
         known = set() if fresh_agent else await self._agent.registered_ids()
-        return await self._recover(known)
+        found = await self._recover(known)
+        if self._cgroups.usable:
+            alive = {r.sandbox_id for r in found if r.status != "failed"}
+            for sandbox_id in self._cgroups.leftovers(alive):
+                await asyncio.to_thread(self._cgroups.remove, sandbox_id)
+        return found
 
     async def _recover(self, known: set[str]) -> list[SandboxRecord]:
         """Sandboxes of an earlier run whose holder lives on; the rest are removed and come
@@ -144,6 +157,8 @@ class LocalBackend:
                 monitor_pid=holder.monitor_pid,
                 monitor_start=start_time(holder.monitor_pid),
             )
+            if self._cgroups.usable:
+                state["cgroup_procs"] = await self._limit(record, holder.pid)
         record.backend_state = state
         record.agent = AgentEndpoint(
             base_url=self._agent.base_url,
@@ -152,6 +167,26 @@ class LocalBackend:
         )
         save_record(self._sandboxes / record.sandbox_id, record)
         await self._register(record)
+
+    async def _limit(self, record: SandboxRecord, holder_pid: int) -> list[str]:
+        """The sandbox's cgroups, its holder moved in; commands join them as they start."""
+        memory = record.memory or self._settings.local_memory_default
+        limits = Limits(
+            pids=self._settings.pids_limit,
+            memory_bytes=parse_memory(memory) if memory else None,
+            cpus=parse_cpu(record.cpu) if record.cpu else None,
+        )
+
+        def make() -> list[str]:
+            procs = self._cgroups.create(record.sandbox_id, limits)
+            self._cgroups.attach(procs, holder_pid)
+            return procs
+
+        try:
+            return await asyncio.to_thread(make)
+        except (OSError, ValueError) as exc:
+            await self._kill_holder(record)
+            raise BackendError(f"cannot limit the sandbox's resources: {exc}") from exc
 
     async def wait_ready(self, record: SandboxRecord) -> None:
         return None  # registration with the agent is readiness
@@ -164,6 +199,8 @@ class LocalBackend:
             except BackendError as exc:
                 log.warning("agent did not forget %s: %s", record.sandbox_id, exc)
         await self._kill_holder(record)
+        if record.backend_state.get("cgroup_procs"):
+            await asyncio.to_thread(self._cgroups.remove, record.sandbox_id)
         await asyncio.to_thread(shutil.rmtree, self._sandboxes / record.sandbox_id, True)
 
     async def check(self, record: SandboxRecord) -> str | None:
@@ -182,7 +219,10 @@ class LocalBackend:
     # -- facts ----------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
         if self.isolated:
-            return {"isolation": "bubblewrap", "warnings": []}
+            warnings = [] if self._cgroups.usable else [
+                f"local sandboxes have no resource limits: {self._cgroups.why_not}"
+            ]  # fmt: skip
+            return {"isolation": "bubblewrap", "warnings": warnings}
         return {
             "isolation": "none",
             "warnings": [f"local sandboxes are not isolated: {self._why_not}"],
@@ -256,6 +296,7 @@ class LocalBackend:
             "workdir": workdir,
             "holder_pid": holder,
             "mounts": mounts,
+            "cgroup_procs": record.backend_state.get("cgroup_procs", []),
         }
 
     async def _register(self, record: SandboxRecord) -> None:
