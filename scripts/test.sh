@@ -47,6 +47,7 @@ if ((! fast)); then
   # The Kubernetes backend's tests run against a real single-node cluster (API 1.20, built
   # from Debian's source package once per machine and cached outside the clone).
   bash infra/test-cluster/up
+  infra/test-cluster/smoke  # agent injection, host->pod, pod->pod, pod->API server, delete
 fi
 
 echo "==> pytest"
