@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import socket
@@ -122,6 +123,20 @@ def leftovers(server: RunningServer) -> list[str]:
     if sandboxes.is_dir():
         found += [f"directory {p}" for p in sandboxes.iterdir()]
     return found
+
+
+def agent_pid(server: RunningServer, sandbox_id: str) -> int:
+    """The host pid of the agent serving a sandbox (the local backend's is shared)."""
+    if server.backend == "local":
+        return int(json.loads((server.state_dir / "agent.json").read_text())["pid"])
+    if server.backend == "docker":
+        return int(docker("inspect", "-f", "{{.State.Pid}}", f"orchard-{sandbox_id}"))
+    from orchard_env_server.backends.kubernetes_spec import object_name
+
+    pod = object_name(sandbox_id)
+    ids = docker("ps", "-q", "--filter", f"label=io.kubernetes.pod.name={pod}",
+                 "--filter", "label=io.kubernetes.container.name=sandbox")  # fmt: skip
+    return int(docker("inspect", "-f", "{{.State.Pid}}", ids.split()[0]))
 
 
 def backend_is_slow(server: RunningServer) -> bool:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 
+import psutil
 import pytest
 
 from orchard_env_client import AsyncSandboxClient, SandboxClient
+from orchard_testing import agent_pid
 
 pytestmark = pytest.mark.integration
 
@@ -72,6 +74,22 @@ def test_output_beyond_the_cap_keeps_head_and_tail(sandbox):
     assert job.stdout_truncated and not job.stderr_truncated
     assert job.stdout.startswith("HEAD") and job.stdout.rstrip().endswith("TAIL")
     assert len(job.stdout) < 1_200_000
+
+
+def test_a_hundred_megabytes_of_output_keep_head_and_tail_in_bounded_memory(server, sandbox):
+    processes = {"orchestrator": psutil.Process(server.proc.pid),
+                 "agent": psutil.Process(agent_pid(server, sandbox.sandbox_id))}  # fmt: skip
+    before = {name: p.memory_info().rss for name, p in processes.items()}
+    job = sandbox.exec(
+        "echo FIRST; head -c 100000000 /dev/zero | tr '\\0' y; echo; echo LAST; "
+        "head -c 100000000 /dev/zero | tr '\\0' e >&2",
+        timeout=120,
+    )
+    assert job.exit_code == 0 and job.stdout_truncated and job.stderr_truncated
+    assert job.stdout.startswith("FIRST\nyyy") and job.stdout.endswith("yyy\nLAST\n")
+    assert len(job.stdout) < 1_200_000 and len(job.stderr) < 1_200_000
+    grown = {name: p.memory_info().rss - before[name] for name, p in processes.items()}
+    assert all(g < 64 << 20 for g in grown.values()), grown  # 200 MB went through
 
 
 def test_usage_is_measured(sandbox):

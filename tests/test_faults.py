@@ -19,23 +19,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchard_env_server.backends.kubernetes_spec import object_name
-from orchard_testing import RunningServer, create_ready, docker, kubectl, only_backend
+from orchard_testing import agent_pid, create_ready, kubectl, only_backend
 
 pytestmark = [pytest.mark.integration]
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def agent_pid(server: RunningServer, sandbox_id: str) -> int:
-    """The host pid of the agent serving a sandbox (the local backend's is shared)."""
-    if server.backend == "local":
-        return int(json.loads((server.state_dir / "agent.json").read_text())["pid"])
-    if server.backend == "docker":
-        return int(docker("inspect", "-f", "{{.State.Pid}}", f"orchard-{sandbox_id}"))
-    pod = object_name(sandbox_id)
-    ids = docker("ps", "-q", "--filter", f"label=io.kubernetes.pod.name={pod}",
-                 "--filter", "label=io.kubernetes.container.name=sandbox")  # fmt: skip
-    return int(docker("inspect", "-f", "{{.State.Pid}}", ids.split()[0]))
 
 
 def wait_status(url: str, sandbox_id: str, want: str, seconds: float) -> dict[str, object]:
