@@ -55,7 +55,14 @@ def _parser() -> argparse.ArgumentParser:
     docker.add_argument(
         "--agent-bundle", type=Path, default=None, help="bind this bundle dir instead of the image"
     )
-    docker.add_argument("--pids-limit", type=int, default=None, help="per sandbox (default 1024)")
+    docker.add_argument(
+        "--pids-limit", type=int, default=None,
+        help="processes per sandbox, docker and local (default 1024)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--local-memory-default", default=None, metavar="QUANTITY",
+        help="local backend: memory cap of sandboxes that ask for none (default 4Gi)",
+    )  # fmt: skip
     kube = serve.add_argument_group("kubernetes backend")
     kube.add_argument(
         "--kubeconfig", type=Path, default=None,
@@ -138,6 +145,7 @@ def serve(args: argparse.Namespace) -> int:
         "agent_image": args.agent_image,
         "agent_bundle": args.agent_bundle,
         "pids_limit": args.pids_limit,
+        "local_memory_default": args.local_memory_default,
         "kubeconfig": args.kubeconfig,
         "namespace": args.namespace,
         "image_pull_policy": args.image_pull_policy,

@@ -63,6 +63,11 @@ class LocalBackend:
         for d in (self._sandboxes, self._images, self._empty):
             d.mkdir(parents=True, exist_ok=True)
         self._state.chmod(0o700)
+        if self._settings.local_memory_default:
+            try:
+                parse_memory(self._settings.local_memory_default)
+            except ValueError as exc:
+                raise BackendError(f"--local-memory-default: {exc}") from None
         mode = self._settings.isolation
         if mode == "none":
             self.isolated, self._why_not = False, "isolation turned off (--isolation none)"
