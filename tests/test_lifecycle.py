@@ -61,6 +61,15 @@ def test_labels_filter_the_list(server, image):
         assert [s.sandbox_id for s in listed] == [a.sandbox_id]
 
 
+def test_a_sandbox_is_not_idle_while_a_long_command_runs_in_it(server, image):
+    with SandboxClient(base_url=server.url) as client:
+        sbx = client.create_sandbox(image, idle_timeout_seconds=2)
+        job = sbx.exec("sleep 4; echo slept", timeout=30)
+        assert job.status == "succeeded" and job.stdout == "slept\n", job
+        assert sbx.refresh().status == "ready"
+        sbx.delete()
+
+
 def test_a_sandbox_is_deleted_when_its_ttl_runs_out(server, image):
     ttl = 8.0 if backend_is_slow(server) else 1.5  # the ttl counts from the create call
     with SandboxClient(base_url=server.url) as client:

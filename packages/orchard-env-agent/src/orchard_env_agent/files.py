@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import anyio.from_thread
 import anyio.to_thread
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from . import tarsafe
@@ -140,8 +140,18 @@ async def list_files(ctx: SandboxContext, request: Request) -> Response:
 # ---- raw streaming -------------------------------------------------------------------
 
 
+UPLOAD_CAP_HEADER = "x-orchard-upload-cap"
+
+
+def _upload_cap(request: Request, limit: int) -> int:
+    """The agent's cap, or the orchestrator's if it sent a smaller one with the request."""
+    raw = request.headers.get(UPLOAD_CAP_HEADER, "")
+    return min(limit, int(raw)) if raw.isdigit() else limit
+
+
 async def _receive_to_temp(request: Request, parent: str, limit: int) -> tuple[str, int]:
     """Stream the request body into a temp file in `parent`; 413 (and no file) past `limit`."""
+    limit = _upload_cap(request, limit)
     length = request.headers.get("content-length")
     if length and length.isdigit() and int(length) > limit:
         raise ApiError(413, "too_large", f"upload of {length} bytes exceeds the {limit} byte cap")
@@ -163,10 +173,12 @@ async def _receive_to_temp(request: Request, parent: str, limit: int) -> tuple[s
         if buf:
             await anyio.to_thread.run_sync(fh.write, bytes(buf))
         fh.close()
-    except BaseException:
+    except BaseException as exc:
         fh.close()
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, ClientDisconnect):  # e.g. the orchestrator cut it off at its cap
+            raise ApiError(400, "upload_aborted", "the upload ended before its body did") from None
         raise
     return tmp, total
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,9 @@ class SandboxRecord:
     backend_state: dict[str, Any] = attrs.Factory(dict)
     last_active: float = attrs.Factory(time.monotonic)
     finished_at: float | None = None
+    # Requests using the sandbox right now (a waited exec, a stream, a transfer): a sandbox
+    # in use is never idle, however long the request takes.
+    busy: int = attrs.field(default=0, repr=False)
     settled: asyncio.Event = attrs.field(factory=asyncio.Event, repr=False)
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock, repr=False)
 
@@ -78,6 +83,16 @@ class SandboxRecord:
 
     def touch(self) -> None:
         self.last_active = time.monotonic()
+
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[None]:
+        """Mark the sandbox busy for the duration (the idle clock restarts at the end)."""
+        self.busy += 1
+        try:
+            yield
+        finally:
+            self.busy -= 1
+            self.touch()
 
     def mark(self, status: str, error: str | None = None) -> None:
         self.status = status

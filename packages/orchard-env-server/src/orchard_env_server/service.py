@@ -267,6 +267,7 @@ class SandboxService:
                 reason = f"ttl of {record.ttl_seconds:g} s reached"
             elif (
                 record.status == "ready"  # a sandbox still starting is not idle
+                and record.busy == 0  # nor is one whose exec or transfer is under way
                 and record.idle_timeout_seconds is not None
                 and now - record.last_active >= record.idle_timeout_seconds
             ):

@@ -29,9 +29,17 @@ def is_alive(pid: int | None, started: int | None) -> bool:
 
 
 def kill_and_wait(pid: int, started: int | None, timeout: float = 5.0) -> None:
-    """SIGKILL one process (if it is still the one we started) and wait until it is gone."""
-    if started is not None and start_time(pid) != started:
+    """SIGKILL one process (if it is still the one we started) and wait until it is gone.
+
+    A process of ours that has exited already is a zombie until reaped: reap it (holders'
+    bwrap monitors usually exit on their own once the sandbox's pid 1 is killed)."""
+    current = start_time(pid)
+    if current is None:  # gone, or a zombie: only our own child can be reaped here
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
         return
+    if started is not None and current != started:
+        return  # the pid belongs to another process now
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + timeout

@@ -52,10 +52,11 @@ async def exec_command(
     job_id = svc.jobs.open(sandbox_id, tenant, body.command)
     async with svc.slot():
         try:
-            job = await ag.request(
-                endpoint, "POST", "/exec", json=_exec_body(body, job_id), timeout=timeout,
-                request_id=rid,
-            )  # fmt: skip
+            with record.in_use():
+                job = await ag.request(
+                    endpoint, "POST", "/exec", json=_exec_body(body, job_id), timeout=timeout,
+                    request_id=rid,
+                )  # fmt: skip
         except AgentUnreachable as exc:
             svc.agent_gone(record)
             lost = svc.jobs.lost(job_id, _lost_reason(exc))
@@ -94,9 +95,10 @@ async def exec_stream(
     async def events() -> AsyncIterator[bytes]:
         tail = b""
         try:
-            async for chunk in stream_body(response):
-                tail = (tail + chunk)[-1:]
-                yield chunk
+            with record.in_use():
+                async for chunk in stream_body(response):
+                    tail = (tail + chunk)[-1:]
+                    yield chunk
         except httpx.TransportError as exc:
             svc.agent_gone(record)
             reason = f"the sandbox's agent went away while the job ran ({exc!r})"
@@ -140,9 +142,9 @@ async def _job_call(svc: SandboxService, ag: AgentClient, tenant: str, method: s
         return svc.jobs.declared_lost(job_id, tenant)
     assert record is not None
     try:
-        return svc.jobs.observe(
-            await ag.request(endpoint, method, f"/jobs/{job_id}{suffix}", **kwargs)
-        )
+        with record.in_use():
+            answer = await ag.request(endpoint, method, f"/jobs/{job_id}{suffix}", **kwargs)
+        return svc.jobs.observe(answer)
     except AgentUnreachable as exc:
         svc.agent_gone(record)
         lost = svc.jobs.lost(job_id, _lost_reason(exc))

@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from orchard_env_agent.files import UPLOAD_CAP_HEADER
+
 from ..agent_client import forwardable_headers, stream_body
 from ..errors import too_large
 from ..schemas import FileContent, FileList, WriteFileRequest, WriteFileResult
@@ -71,7 +73,7 @@ async def put_raw(
     archive: Literal["tar"] | None = None,
 ) -> JSONResponse:
     """Stream the raw body to ``path`` (or unpack a tar into it with ``archive=tar``)."""
-    _, endpoint = svc.ready_endpoint(tenant, sandbox_id)
+    record, endpoint = svc.ready_endpoint(tenant, sandbox_id)
     length = request.headers.get("content-length")
     if length and length.isdigit() and int(length) > svc.settings.max_upload_bytes:
         raise too_large(
@@ -79,34 +81,35 @@ async def put_raw(
         )
     params = {"path": path, **({"archive": archive} if archive else {})}
     headers = {"content-length": length} if length else {}
+    headers[UPLOAD_CAP_HEADER] = str(svc.settings.max_upload_bytes)
     cap = svc.settings.max_upload_bytes
-    async with svc.slot():
-        body = _capped(request.stream(), cap)
-        try:
+    with record.in_use():
+        async with svc.slot():
+            body = _capped(request.stream(), cap)
             response = await ag.open_stream(
                 endpoint, "PUT", "/fs", params=params, content=body, headers=headers, timeout=None
             )
-        except _UploadTooLarge:  # the upload stops here; the agent discards its temp file
-            raise too_large(f"upload exceeds the cap of {cap} bytes") from None
-        try:
-            await response.aread()
-        finally:
-            await response.aclose()
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
     return JSONResponse(response.json(), status_code=response.status_code)
 
 
-class _UploadTooLarge(Exception):
-    pass
-
-
 async def _capped(source: AsyncIterator[bytes], cap: int) -> AsyncIterator[bytes]:
-    """Pass an upload through, stopping it once it exceeds ``cap`` bytes."""
+    """Pass a chunked upload through until it exceeds ``cap`` bytes, then end it there.
+
+    The agent, told the same cap (``X-Orchard-Upload-Cap``), sees a body over its cap,
+    removes its temp file and answers 413 itself; the orchestrator relays that answer, so
+    when the client hears 413 nothing is left in the sandbox, not even briefly. (An upload
+    with a Content-Length over the cap never starts; one within it cannot grow past it.)
+    """
     seen = 0
     async for chunk in source:
         seen += len(chunk)
-        if seen > cap:
-            raise _UploadTooLarge
         yield chunk
+        if seen > cap:
+            return
 
 
 _RAW_CONTENT: dict[int | str, dict[str, Any]] = {
@@ -127,12 +130,17 @@ async def get_raw(
     archive: Literal["tar"] | None = None,
 ) -> StreamingResponse:
     """Stream a file's raw bytes, or a tar of a directory with ``archive=tar``."""
-    _, endpoint = svc.ready_endpoint(tenant, sandbox_id)
+    record, endpoint = svc.ready_endpoint(tenant, sandbox_id)
     params = {"path": path, **({"archive": archive} if archive else {})}
     response = await ag.open_stream(endpoint, "GET", "/fs", params=params, timeout=None)
 
+    async def body() -> AsyncIterator[bytes]:
+        with record.in_use():
+            async for chunk in stream_body(response):
+                yield chunk
+
     return StreamingResponse(
-        stream_body(response),
+        body(),
         status_code=response.status_code,
         headers=forwardable_headers(response.headers),
         media_type=response.headers.get("content-type", "application/octet-stream"),
