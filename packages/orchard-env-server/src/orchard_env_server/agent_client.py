@@ -52,51 +52,66 @@ def _tls_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-def unix_transport(path: str) -> httpx.AsyncHTTPTransport:
+def unix_transport(path: str, max_connections: int = 100) -> httpx.AsyncHTTPTransport:
     """A transport over one unix socket. No TLS is spoken on it, but httpx builds a TLS
     context per transport (CA certificates loaded: ~20 ms of CPU each); share one."""
-    return httpx.AsyncHTTPTransport(uds=path, verify=_tls_context())
-
-
-def _pool(max_connections: int, uds: str | None = None) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        transport=unix_transport(uds) if uds else None,
-        limits=httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        ),
-        timeout=httpx.Timeout(30.0, connect=5.0),
-        trust_env=False,
+    return httpx.AsyncHTTPTransport(
+        uds=path, verify=_tls_context(), limits=_limits(max_connections)
     )
 
 
-class AgentClient:
-    """Keep-alive connections to sandbox agents: one pool for TCP, one per unix socket."""
+def _limits(max_connections: int) -> httpx.Limits:
+    return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
 
-    def __init__(self, max_connections: int = 2048, per_socket: int = 64) -> None:
-        self._tcp = _pool(max_connections)
-        self._per_socket = per_socket
-        self._sockets: dict[str, httpx.AsyncClient] = {}
+
+def _pool(max_connections: int, uds: str | None = None) -> httpx.AsyncClient:
+    """A client whose transport is given its limits (httpx ignores a client's own limits
+    once a transport is passed) and the shared TLS context."""
+    transport = (
+        unix_transport(uds, max_connections)
+        if uds
+        else httpx.AsyncHTTPTransport(verify=_tls_context(), limits=_limits(max_connections))
+    )
+    return httpx.AsyncClient(
+        transport=transport, timeout=httpx.Timeout(30.0, connect=5.0), trust_env=False
+    )
+
+
+def _pool_key(endpoint: AgentEndpoint) -> str:
+    return endpoint.uds or f"{endpoint.base_url}#{endpoint.sandbox_header or ''}"
+
+
+class AgentClient:
+    """Keep-alive connections to sandbox agents: one small pool per sandbox.
+
+    One pool per sandbox, not one shared pool: httpcore's pool scans every connection and
+    queued request each time a request starts or ends, so one pool carrying a thousand
+    sandboxes' traffic costs milliseconds of CPU per request; a sandbox's own pool holds
+    the few connections of its own concurrent requests.
+    """
+
+    def __init__(self, per_sandbox: int = 64) -> None:
+        self._per_sandbox = per_sandbox
+        self._pools: dict[str, httpx.AsyncClient] = {}
 
     def _http_for(self, endpoint: AgentEndpoint) -> httpx.AsyncClient:
-        if not endpoint.uds:
-            return self._tcp
-        client = self._sockets.get(endpoint.uds)
+        key = _pool_key(endpoint)
+        client = self._pools.get(key)
         if client is None:
-            client = self._sockets[endpoint.uds] = _pool(self._per_socket, endpoint.uds)
+            client = self._pools[key] = _pool(self._per_sandbox, endpoint.uds)
         return client
 
     async def forget(self, endpoint: AgentEndpoint | None) -> None:
         """Close the connections of a sandbox that is gone."""
-        if endpoint is not None and endpoint.uds:
-            client = self._sockets.pop(endpoint.uds, None)
+        if endpoint is not None:
+            client = self._pools.pop(_pool_key(endpoint), None)
             if client is not None:
                 await client.aclose()
 
     async def aclose(self) -> None:
-        await self._tcp.aclose()
-        for client in self._sockets.values():
+        for client in self._pools.values():
             await client.aclose()
-        self._sockets.clear()
+        self._pools.clear()
 
     def _raise_for(self, response: httpx.Response) -> None:
         if response.status_code < 400:

@@ -114,7 +114,10 @@ def _parser() -> argparse.ArgumentParser:
     concurrency.add_argument("--sandboxes", type=int, default=100)
     concurrency.add_argument("--commands", type=int, default=10, help="per sandbox")
     concurrency.add_argument(
-        "--connections", type=int, default=64, help="client connections to the server"
+        "--connections",
+        type=int,
+        default=16,
+        help="connections per client; one client per this many sandboxes (default 16)",
     )
     cost.add_parser(sub)
     serve.add_argument(

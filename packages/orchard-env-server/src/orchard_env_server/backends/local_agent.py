@@ -35,7 +35,13 @@ class LocalAgent:
         self._started: int | None = None
         self.base_url = ""
         self._admin_token = ""
-        self._http = httpx.AsyncClient(timeout=10.0, trust_env=False)
+        # A burst of creates registers hundreds of sandboxes at once: let them queue for a
+        # connection (no pool timeout) rather than fail after the default 10 s wait.
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(30.0, pool=None),
+            limits=httpx.Limits(max_connections=32, max_keepalive_connections=32),
+            trust_env=False,
+        )
 
     async def ensure(self) -> bool:
         """Adopt a live agent from an earlier run, or start one. True when newly started."""

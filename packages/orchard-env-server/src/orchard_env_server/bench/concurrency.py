@@ -75,6 +75,12 @@ class MemorySampler:
         self.sample()
 
 
+def _client(base_url: str, connections: int) -> AsyncSandboxClient:
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    transport = httpx.AsyncHTTPTransport(limits=limits)
+    return AsyncSandboxClient(base_url, timeout=900, transport=transport, auto_cleanup=True)
+
+
 async def _run(
     base_url: str,
     image: str,
@@ -84,9 +90,6 @@ async def _run(
     sampler: MemorySampler | None,
     progress: Progress,
 ) -> dict[str, Any]:
-    transport = httpx.AsyncHTTPTransport(
-        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    )
     errors: list[str] = []
     create_s: list[float] = []
     command_s: list[float] = []
@@ -99,16 +102,23 @@ async def _run(
         if len(errors) < 20:
             errors.append(f"sandbox #{i} {what}: {exc!r}"[:300])
 
-    async with AsyncSandboxClient(base_url, timeout=900, transport=transport,
-                                  auto_cleanup=True) as client:  # fmt: skip
+    # One client per `connections` sandboxes, like a fleet of harnesses: httpx's connection
+    # pool costs CPU in proportion to its connections and queued requests, so a single
+    # client carrying a thousand sandboxes would measure itself, not the service.
+    clients = [_client(base_url, connections) for _ in range(-(-sandboxes // connections))]
+    async with contextlib.AsyncExitStack() as stack:
+        for c in clients:
+            await stack.enter_async_context(c)
+        client = clients[0]
         used_before = MemorySampler.used_bytes()
         t_create = progress.add_task("create → ready", total=sandboxes)
 
         async def create(i: int) -> None:
             started = time.perf_counter()
             try:
-                alive[i] = await client.create_sandbox(image, labels={"bench": "concurrency"},
-                                                       timeout=900)  # fmt: skip
+                alive[i] = await clients[i % len(clients)].create_sandbox(
+                    image, labels={"bench": "concurrency"}, timeout=900
+                )
                 create_s.append(time.perf_counter() - started)
             except Exception as exc:
                 fail(i, "create", exc)
@@ -178,7 +188,7 @@ def bench_concurrency(
     sandboxes: int,
     commands: int,
     image: str | None = None,
-    connections: int = 64,
+    connections: int = 16,
     quiet: bool = False,
 ) -> dict[str, Any]:
     """Run the bench; JSON keys: ``success_rate``, ``commands_per_s``, ``wall_s``, ..."""
