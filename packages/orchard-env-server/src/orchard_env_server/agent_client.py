@@ -60,6 +60,11 @@ def unix_transport(path: str, max_connections: int = 100) -> httpx.AsyncHTTPTran
     )
 
 
+# A dead agent refuses connections at once; a busy one (a thousand sandboxes' requests
+# arriving together) may take seconds to accept: give it time rather than fail the command.
+_CONNECT_S = 30.0
+
+
 def _limits(max_connections: int) -> httpx.Limits:
     return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
 
@@ -73,7 +78,7 @@ def _pool(max_connections: int, uds: str | None = None) -> httpx.AsyncClient:
         else httpx.AsyncHTTPTransport(verify=_tls_context(), limits=_limits(max_connections))
     )
     return httpx.AsyncClient(
-        transport=transport, timeout=httpx.Timeout(30.0, connect=5.0), trust_env=False
+        transport=transport, timeout=httpx.Timeout(30.0, connect=_CONNECT_S), trust_env=False
     )
 
 
@@ -148,7 +153,7 @@ class AgentClient:
                 json=json,
                 params=params,
                 headers=headers,
-                timeout=httpx.Timeout(timeout, connect=5.0),
+                timeout=httpx.Timeout(timeout, connect=_CONNECT_S),
             )
         except httpx.TimeoutException as exc:
             raise ApiError(
@@ -187,7 +192,7 @@ class AgentClient:
             json=json,
             content=content,
             headers=all_headers,
-            timeout=httpx.Timeout(timeout, connect=5.0),
+            timeout=httpx.Timeout(timeout, connect=_CONNECT_S),
         )
         try:
             response = await http.send(request, stream=True)

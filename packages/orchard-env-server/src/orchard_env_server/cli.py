@@ -119,6 +119,10 @@ def _parser() -> argparse.ArgumentParser:
         default=16,
         help="connections per client; one client per this many sandboxes (default 16)",
     )
+    concurrency.add_argument(
+        "--parallel", type=int, default=None,
+        help="commands in flight across all sandboxes (default: one per sandbox)",
+    )  # fmt: skip
     cost.add_parser(sub)
     serve.add_argument(
         "--access-log", action="store_true", help="one JSON line per request (request id, ms)"
@@ -188,7 +192,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     from . import bench
 
-    for name in ("runs", "sandboxes", "commands", "connections", "file_runs"):
+    for name in ("runs", "sandboxes", "commands", "connections", "file_runs", "parallel"):
         value = getattr(args, name, None)
         if value is not None and value < (0 if name == "file_runs" else 1):
             raise SystemExit(f"orchard-env bench: --{name.replace('_', '-')} must be positive")
@@ -198,7 +202,7 @@ def _bench(args: argparse.Namespace) -> int:
     elif args.bench == "concurrency":
         results = bench.bench_concurrency(
             args.url, args.backend, args.sandboxes, args.commands, args.image,
-            connections=args.connections, quiet=args.json,
+            connections=args.connections, quiet=args.json, parallel=args.parallel,
         )  # fmt: skip
         show, plot = bench.print_concurrency, bench.plot_concurrency
     else:

@@ -134,13 +134,21 @@ class Cgroups:
                         break
                     time.sleep(0.01)
 
+    def _parents(self) -> list[Path]:
+        if self.v2:
+            return [self._root / self._name]
+        return [self._root / c / self._name for c in self._v1_controllers()]
+
+    def close(self) -> None:
+        """Remove the parent cgroup(s) once no sandbox cgroup is left in them."""
+        for parent in self._parents():
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+
     def leftovers(self, known: set[str]) -> list[str]:
         """Sandbox cgroups of this state dir whose sandbox is not in ``known``."""
-        parents = [self._root / self._name] if self.v2 else [
-            self._root / c / self._name for c in self._v1_controllers()
-        ]  # fmt: skip
         found: set[str] = set()
-        for parent in parents:
+        for parent in self._parents():
             with contextlib.suppress(OSError):
                 found |= {p.name for p in parent.iterdir() if p.is_dir()}
         return sorted(found - known)

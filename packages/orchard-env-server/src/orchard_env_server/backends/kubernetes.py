@@ -8,6 +8,10 @@ condition, which the agent's readiness probe drives): ``wait_ready`` waits on an
 
 Exec and file traffic go from the orchestrator to ``podIP:7000``; the API server sees
 only create, delete and the watches.
+
+Pods that have already ended are deleted with no grace period, and so is any pod still
+there well past its grace period: on 1.20 a pod the kubelet failed at its deadline can
+otherwise stay ``Terminating`` forever (see ``kubernetes_status.force_delete_reason``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from ..quantities import parse_cpu, parse_memory
 from ..records import AgentEndpoint, SandboxRecord
 from ..settings import Settings
 from .base import BackendError, SandboxRegistry
-from .kubernetes_api import KubeApi, KubeError, load_configuration
+from .kubernetes_api import CredentialFiles, KubeApi, KubeError, load_configuration
 from .kubernetes_spec import (
     AGENT_PORT,
     ANNOTATION_LAST_ACTIVE,
@@ -43,7 +47,7 @@ from .kubernetes_spec import (
     record_from_pod,
     secret_manifest,
 )
-from .kubernetes_status import PodView, view_pod
+from .kubernetes_status import PodView, force_delete_reason, view_pod
 from .kubernetes_watch import ResourceWatcher
 
 log = logging.getLogger("orchard_env_server")
@@ -70,6 +74,10 @@ class KubernetesBackend:
         self._dead: dict[str, str] = {}  # pod name → why it stopped serving
         self._doomed: set[str] = set()  # deletions to retry while the API is unreachable
         self._published: dict[str, float] = {}  # pod name → last-active last published
+        self._expiring: set[str] = set()  # pods the kubelet ended at their deadline (ttl)
+        self._deleting_since: dict[str, float] = {}  # pod name → first seen being deleted
+        self._forced: dict[str, str] = {}  # pod name → uid force-deleted (once per pod)
+        self._credentials = CredentialFiles(settings.state_dir / "kubernetes" / "credentials")
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._pods: Any = None  # ResourceWatcher once started
@@ -85,8 +93,18 @@ class KubernetesBackend:
 
     # -- start / stop ---------------------------------------------------------------
     async def start(self) -> list[SandboxRecord]:
+        """Connect, list and watch; the kubeconfig's TLS files go to a private directory
+        of the state dir (``CredentialFiles``) that ``close`` removes."""
+        try:
+            return await self._start()
+        except BaseException:
+            await self.close(delete_sandboxes=False)
+            raise
+
+    async def _start(self) -> list[SandboxRecord]:
         namespace = self._settings.namespace
-        self._api = KubeApi(load_configuration(self._settings.kubeconfig), namespace)
+        configuration = load_configuration(self._settings.kubeconfig, self._credentials)
+        self._api = KubeApi(configuration, namespace)
         try:
             exists = await self.api.namespace_exists()
         except KubeError as exc:
@@ -112,7 +130,6 @@ class KubernetesBackend:
             try:
                 await asyncio.wait_for(watcher.synced.wait(), _SYNC_TIMEOUT_S)
             except TimeoutError:
-                await self.close(delete_sandboxes=False)
                 raise BackendError(
                     f"could not list {watcher.kind} in namespace {namespace!r} within "
                     f"{_SYNC_TIMEOUT_S:g} s: {watcher.error}"
@@ -123,6 +140,8 @@ class KubernetesBackend:
         return []  # found sandboxes reach the service through the registry
 
     async def close(self, *, delete_sandboxes: bool) -> None:
+        """Stop watching (deleting this process's sandboxes when asked), close the
+        client and remove the private directory of its TLS files: no key stays on disk."""
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -138,6 +157,7 @@ class KubernetesBackend:
             await asyncio.gather(*(self.delete(r) for r in mine), return_exceptions=True)
         if self._api is not None:
             self._api.close()
+        self._credentials.remove()
 
     # -- create / ready / delete ----------------------------------------------------
     async def create(self, record: SandboxRecord) -> None:
@@ -208,9 +228,13 @@ class KubernetesBackend:
             self._doomed.add(name)
 
     async def _delete_objects(self, name: str, with_policy: bool = True) -> bool:
-        """Delete the pod, its Secret and policy; False when the API could not be reached."""
+        """Delete the pod, its Secret and policy; False when the API could not be reached.
+
+        A pod that has already ended (as last watched) is force-deleted: its containers
+        are gone, and a graceful delete of it may never complete on 1.20.
+        """
         try:
-            await self.api.delete("pods", name)
+            await self._delete_pod(name)
             await self.api.delete("secrets", name)
             if with_policy:
                 await self.api.delete("networkpolicies", name)
@@ -220,11 +244,50 @@ class KubernetesBackend:
         self._doomed.discard(name)
         return True
 
+    async def _delete_pod(self, name: str) -> None:
+        pod = self._pods.objects.get(name) if self._pods is not None else None
+        why = None if pod is None else force_delete_reason(pod)
+        if pod is not None and why is not None:
+            log.info("force-deleting pod %s: %s", name, why)
+            uid = str(pod["metadata"].get("uid") or "") or None
+            if uid is not None:
+                self._forced[name] = uid  # no second force when its deletion is seen
+            try:
+                if await self.api.delete("pods", name, grace_period_s=0, uid=uid):
+                    return
+            except KubeError:
+                self._forced.pop(name, None)
+                raise
+            # Gone already, or not the pod watched (a newer one of that name): gently then.
+        await self.api.delete("pods", name)
+
+    async def _force_delete(self, name: str, uid: str, why: str) -> None:
+        """Remove a pod stuck being deleted from the API (only the incarnation ``uid``)."""
+        log.warning("force-deleting pod %s: %s", name, why)
+        try:
+            await self.api.delete("pods", name, grace_period_s=0, uid=uid)
+        except KubeError as exc:
+            self._forced.pop(name, None)  # the next look tries again
+            log.warning("could not force-delete pod %s (will retry): %s", name, exc)
+
+    def _check_deleting(self, pod: dict[str, Any], now: float) -> None:
+        """A pod being deleted: force it out when its deletion will not, or did not, end."""
+        meta = pod["metadata"]
+        name, uid = meta["name"], str(meta.get("uid") or "")
+        since = self._deleting_since.setdefault(name, now)
+        if not uid or self._forced.get(name) == uid:
+            return
+        why = force_delete_reason(pod, deleting_for_s=now - since)
+        if why is not None:
+            self._forced[name] = uid
+            self._spawn(self._force_delete(name, uid, why))
+
     def _forget(self, name: str, why: BackendError) -> SandboxRecord | None:
         record = self._records.pop(name, None)
         self._tokens.pop(name, None)
         self._dead.pop(name, None)
         self._published.pop(name, None)
+        self._expiring.discard(name)
         future = self._creating.pop(name, None)
         if future is not None and not future.done():
             future.set_exception(why)
@@ -251,6 +314,8 @@ class KubernetesBackend:
 
     def _on_pod(self, pod: dict[str, Any]) -> None:
         view = view_pod(pod)
+        if view.deleting:
+            self._check_deleting(pod, time.monotonic())
         record = self._records.get(view.name)
         if record is None:
             if view.deleting:
@@ -273,6 +338,9 @@ class KubernetesBackend:
             return  # its containers stopping is no failure: the DELETED event follows
         future = self._creating.get(name)
         token = self._tokens.get(name)
+        if view.expired and future is None:
+            self._expire(name, record)
+            return
         if view.failure:
             if future is not None:
                 if not future.done():
@@ -292,10 +360,32 @@ class KubernetesBackend:
         elif record.status == "pending":
             record.mark("ready")
 
+    def _expire(self, name: str, record: SandboxRecord) -> None:
+        """The kubelet ended the pod at ``activeDeadlineSeconds``, which is the sandbox's
+        ttl: like the reaper, end the sandbox ``terminated`` and delete its pod, before
+        any reaper pass took it for a failure (the reaper may be late, or the orchestrator
+        was down when the deadline passed)."""
+        if name in self._expiring:
+            return
+        self._expiring.add(name)
+        ttl = f"{record.ttl_seconds:g} s" if record.ttl_seconds is not None else "deadline"
+        why = f"ttl of {ttl} reached (the kubelet ended the pod: DeadlineExceeded)"
+        log.info("sandbox %s: %s", record.sandbox_id, why)
+        if self._registry is not None:
+            self._registry.lost(record.sandbox_id, why)
+        self._spawn(self._delete_expired(name, record.block_network))
+
+    async def _delete_expired(self, name: str, with_policy: bool) -> None:
+        if not await self._delete_objects(name, with_policy):
+            self._doomed.add(name)
+
     def _on_pod_gone(self, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
+        self._deleting_since.pop(name, None)
+        self._forced.pop(name, None)
+        expired = name in self._expiring  # reported, and being deleted, already
         record = self._forget(name, BackendError("the sandbox's pod was deleted"))
-        if record is None:
+        if record is None or expired:
             return  # deleted through this replica
         why = "the sandbox's pod was deleted (through another orchestrator replica, or out of band)"
         if self._registry is not None:
@@ -340,6 +430,16 @@ class KubernetesBackend:
     async def _maintain_once(self) -> None:
         for name in list(self._doomed):
             await self._delete_objects(name)
+        # Deleted pods still there long past their grace period get force-deleted.
+        now = time.monotonic()
+        for name in list(self._deleting_since):
+            pod = self._pods.objects.get(name)
+            if pod is None or not pod["metadata"].get("deletionTimestamp"):
+                self._deleting_since.pop(name, None)
+            else:
+                self._check_deleting(pod, now)
+        for name in [n for n in self._forced if n not in self._pods.objects]:
+            self._forced.pop(name, None)
         await self._publish_last_active()
         # Token Secrets whose pod never came: an orchestrator died between the two creates.
         now = time.time()

@@ -4,16 +4,25 @@ The official client is synchronous, so calls run on a small thread pool and watc
 get a thread that feeds the event loop. Answers are taken as raw JSON
 (``_preload_content=False``): the backend reads a handful of fields, and building the
 client's model objects for every pod event would cost more CPU than everything else.
+
+The TLS material of a kubeconfig (inline CA, client certificate and key) has to be files
+for the TLS library; ``CredentialFiles`` keeps them in a private directory the backend
+removes when it closes, instead of the client's own temp files in ``$TMPDIR``, which it
+removes only at interpreter exit (never, for a server stopped by a signal).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import os
+import shutil
+import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,6 +30,7 @@ from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config import kube_config
 
 from .base import BackendError
 
@@ -43,23 +53,136 @@ class KubeError(Exception):
         return self.status == 410
 
 
-def load_configuration(kubeconfig: Path | None) -> client.Configuration:
-    """``kubeconfig`` when given; in a pod, the in-cluster config; else $KUBECONFIG / ~/.kube."""
+_LOCK_NAME = ".lock"  # flock-ed by the process using the directory
+_UNLOCKED_GRACE_S = 60.0  # a directory without a lock file yet may be one being made
+_REGISTRY_LOCK = threading.Lock()
+
+
+class CredentialFiles:
+    """A private directory (0700, one per process) for the TLS files of a kubeconfig.
+
+    The official client writes inline ``certificate-authority-data``,
+    ``client-certificate-data`` and ``client-key-data`` to files, since TLS libraries load
+    them from paths on every new connection; by default as ``$TMPDIR/tmpXXXXXXXX``, removed
+    only by an ``atexit`` hook that a server ended by a signal never runs. Here they go to
+    ``root/<random>/`` (files 0600 from ``mkstemp``), a lock file in it ``flock``-ed while
+    the process uses it. ``remove()`` deletes the directory; ``create()`` first deletes the
+    directories under ``root`` whose lock nobody holds: those of processes that died.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.path: Path | None = None
+        self._lock_fd: int | None = None
+
+    def create(self) -> Path:
+        """Sweep what dead processes left, then make and lock this process's directory."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+        self.sweep()
+        path = Path(tempfile.mkdtemp(prefix="p-", dir=self.root))  # 0700
+        fd = os.open(path / _LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self.path, self._lock_fd = path, fd
+        return path
+
+    def sweep(self) -> list[Path]:
+        """Delete the directories under ``root`` that no living process holds."""
+        removed = []
+        with contextlib.suppress(FileNotFoundError):
+            for entry in self.root.iterdir():
+                if entry == self.path or entry.is_symlink() or not entry.is_dir():
+                    continue
+                if _abandoned(entry):
+                    shutil.rmtree(entry, ignore_errors=True)
+                    removed.append(entry)
+        if removed:
+            log.info("removed %d credential directories of dead orchestrators", len(removed))
+        return removed
+
+    def remove(self) -> None:
+        """Delete this process's directory and everything the client wrote into it."""
+        if self.path is None:
+            return
+        _forget_client_temp_files(self.path)
+        shutil.rmtree(self.path, ignore_errors=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+        self.path = self._lock_fd = None
+
+
+def _abandoned(directory: Path) -> bool:
+    try:
+        fd = os.open(directory / _LOCK_NAME, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        with contextlib.suppress(OSError):
+            return time.time() - directory.stat().st_mtime > _UNLOCKED_GRACE_S
+        return False
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False  # its process is alive
+    finally:
+        os.close(fd)  # releases the lock, if it was taken
+    return True
+
+
+def _forget_client_temp_files(directory: Path) -> None:
+    """Drop the client's registry entries for files in ``directory``, so that no later
+    config load is handed a cached path there (the client reuses files by content)."""
+    registry = getattr(kube_config, "_temp_files", None)
+    if isinstance(registry, dict):
+        for key, name in list(registry.items()):
+            if Path(str(name)).parent == directory:
+                registry.pop(key, None)
+
+
+def load_configuration(
+    kubeconfig: Path | None, credentials: CredentialFiles | None = None
+) -> client.Configuration:
+    """``kubeconfig`` when given; in a pod, the in-cluster config; else $KUBECONFIG / ~/.kube.
+
+    With ``credentials``, a kubeconfig's inline TLS data is written to its directory
+    (created here), not to ``$TMPDIR``; the caller removes it when done with the client.
+    """
     cfg = client.Configuration()
     try:
-        if kubeconfig is not None:
-            config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=cfg)
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=cfg)  # files of the pod: no copies
         else:
-            config.load_kube_config(client_configuration=cfg)
+            path = None if kubeconfig is None else str(kubeconfig)
+            _load_kube_config(path, cfg, None if credentials is None else credentials.create())
     except (config.ConfigException, OSError, TypeError, ValueError) as exc:
+        if credentials is not None:
+            credentials.remove()
         where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         raise BackendError(
             f"no usable Kubernetes configuration ({where}): {exc}; give --kubeconfig PATH "
             "or run the orchestrator in a pod"
         ) from exc
     return cfg
+
+
+def _load_kube_config(path: str | None, cfg: client.Configuration, files: Path | None) -> None:
+    if files is None:
+        config.load_kube_config(config_file=path, client_configuration=cfg)
+        return
+    # The client caches its temp files by content in a module-wide registry: an earlier
+    # load of the same kubeconfig would hand out its file, outside ``files``. Load with an
+    # empty registry of our own, so that every file lands in ``files`` and is ours alone.
+    with _REGISTRY_LOCK:
+        outer = getattr(kube_config, "_temp_files", None)
+        if isinstance(outer, dict):
+            kube_config._temp_files = {}
+        try:
+            config.load_kube_config(
+                config_file=path, client_configuration=cfg, temp_file_path=str(files)
+            )
+        finally:
+            if isinstance(outer, dict):
+                kube_config._temp_files = outer
 
 
 def _error(exc: BaseException) -> KubeError:
@@ -105,14 +228,22 @@ class KubeApi:
         )
         return result
 
-    async def delete(self, kind: str, name: str) -> bool:
-        """Delete one object (the pod's own grace period applies); False when already gone."""
+    async def delete(
+        self, kind: str, name: str, *, grace_period_s: int | None = None, uid: str | None = None
+    ) -> bool:
+        """Delete one object; False when already gone (or, given ``uid``, replaced by
+        another of the same name). The pod's own grace period applies unless
+        ``grace_period_s`` is given: 0 removes the pod from the API at once (a force
+        delete), without waiting for the kubelet to confirm its containers stopped."""
+        options: dict[str, Any] = {"propagation_policy": "Background"}
+        if grace_period_s is not None:
+            options["grace_period_seconds"] = grace_period_s
+        if uid is not None:
+            options["body"] = {"preconditions": {"uid": uid}}
         try:
-            await self._call(
-                self._method("delete", kind), name, self.namespace, propagation_policy="Background"
-            )
+            await self._call(self._method("delete", kind), name, self.namespace, **options)
         except KubeError as exc:
-            if exc.not_found:
+            if exc.not_found or (uid is not None and exc.status == 409):
                 return False
             raise
         return True

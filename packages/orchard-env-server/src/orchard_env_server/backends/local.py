@@ -127,6 +127,8 @@ class LocalBackend:
                 else:
                     await self.delete(record)
             await self._agent.stop()
+            if self._cgroups.usable:
+                await asyncio.to_thread(self._cgroups.close)
         await self._agent.aclose()
         self._spawner.shutdown(wait=False)
 

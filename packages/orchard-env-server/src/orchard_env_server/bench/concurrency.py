@@ -87,6 +87,7 @@ async def _run(
     sandboxes: int,
     commands: int,
     connections: int,
+    parallel: int | None,
     sampler: MemorySampler | None,
     progress: Progress,
 ) -> dict[str, Any]:
@@ -139,10 +140,11 @@ async def _run(
                 progress.advance(t_exec, commands)
                 return
             for j in range(commands):
-                began = time.perf_counter()
                 try:
-                    job = await sandbox.exec(f"echo {i}-{j}", timeout=600)
-                    command_s.append(time.perf_counter() - began)
+                    async with gate:
+                        began = time.perf_counter()
+                        job = await sandbox.exec(f"echo {i}-{j}", timeout=600)
+                        command_s.append(time.perf_counter() - began)
                     if job.exit_code != 0 or job.stdout != f"{i}-{j}\n":
                         fail(i, f"command {j}", f"exit {job.exit_code}, stdout {job.stdout!r}, "
                                                 f"error {job.error!r}")  # fmt: skip
@@ -150,6 +152,7 @@ async def _run(
                     fail(i, f"command {j}", exc)
                 progress.advance(t_exec)
 
+        gate = asyncio.Semaphore(parallel or sandboxes)
         started = time.perf_counter()
         await asyncio.gather(*(run_commands(i) for i in range(sandboxes)))
         phases["commands_s"] = time.perf_counter() - started
@@ -190,8 +193,13 @@ def bench_concurrency(
     image: str | None = None,
     connections: int = 16,
     quiet: bool = False,
+    parallel: int | None = None,
 ) -> dict[str, Any]:
-    """Run the bench; JSON keys: ``success_rate``, ``commands_per_s``, ``wall_s``, ..."""
+    """Run the bench; JSON keys: ``success_rate``, ``commands_per_s``, ``wall_s``, ...
+
+    ``parallel`` bounds the commands in flight across all sandboxes (a harness's worker
+    pool); by default every sandbox has one command in flight at all times.
+    """
     image = default_image(backend, image)
     own = None if url else OwnServer(backend, ["--max-inflight", str(max(1024, 4 * sandboxes))])
     base = url or own.url  # type: ignore[union-attr]
@@ -208,7 +216,7 @@ def bench_concurrency(
                      TimeElapsedColumn(), disable=quiet, transient=True) as progress,
         ):  # fmt: skip
             raw = asyncio.run(
-                _run(base, image, sandboxes, commands, connections, sampler, progress)
+                _run(base, image, sandboxes, commands, connections, parallel, sampler, progress)
             )
     finally:
         if own:
@@ -222,6 +230,7 @@ def bench_concurrency(
         "image": image,
         "sandboxes": sandboxes,
         "commands_per_sandbox": commands,
+        "commands_in_flight": parallel or sandboxes,
         "success_rate": succeeded / sandboxes if sandboxes else 1.0,
         "sandboxes_succeeded": succeeded,
         "commands_run": total_commands,
@@ -252,7 +261,8 @@ def print_concurrency(results: dict[str, Any], out: Console | None = None) -> No
     out = out or console()
     mib = 1 << 20
     table = Table(title=f"{results['sandboxes']} sandboxes x {results['commands_per_sandbox']} "
-                        f"commands on {results['backend']} ({results['image']})")  # fmt: skip
+                        f"commands on {results['backend']} ({results['image']}), "
+                        f"{results['commands_in_flight']} in flight")  # fmt: skip
     table.add_column("measure")
     table.add_column("value", justify="right")
     rows: list[tuple[str, str]] = [
