@@ -171,6 +171,7 @@ class RunningServer:
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     namespace: str = "orchard-test"  # kubernetes: where its sandbox pods go
+    kubeconfig: Path | None = None  # kubernetes: default, the test cluster's
 
     def __attrs_post_init__(self) -> None:
         if self.backend == "kubernetes" and self.namespace == "orchard-test":
@@ -199,7 +200,8 @@ class RunningServer:
         if self.backend == "kubernetes":
             ensure_namespace(self.namespace)
             argv += [
-                "--kubeconfig", cluster_env()["KUBECONFIG"], "--namespace", self.namespace,
+                "--kubeconfig", str(self.kubeconfig or cluster_env()["KUBECONFIG"]),
+                "--namespace", self.namespace,
                 "--image-pull-policy", "Never",  # nothing may be pulled here
                 "--delete-sandboxes-on-exit",  # like the other backends, for leftovers()
             ]  # fmt: skip

@@ -3,14 +3,18 @@
 The shared suite (exec, files, patch, streaming, lifecycle, ...) runs on this backend too;
 these tests cover what only pods have: the objects a sandbox is made of, replicas sharing
 sandboxes, the watcher surviving API server restarts and 410 Gone, pods deleted behind
-the orchestrator, images the kubelet cannot run, and 50 sandboxes at once.
+the orchestrator, images the kubelet cannot run, pods the kubelet ended at their deadline,
+the kubeconfig's TLS files, and 50 sandboxes at once.
 """
 
 from __future__ import annotations
 
 import base64
 import concurrent.futures
+import contextlib
 import json
+import signal
+import stat
 import statistics
 import subprocess
 import time
@@ -20,7 +24,7 @@ import httpx
 import pytest
 
 from orchard_env_client import SandboxClient
-from orchard_env_client.errors import OrchardError
+from orchard_env_client.errors import OrchardError, SandboxFailed
 from orchard_testing import (
     BUSYBOX_IMAGE,
     CLUSTER_DIR,
@@ -253,6 +257,134 @@ def test_the_watcher_relists_after_410_and_survives_api_server_restarts(fresh_se
         assert kept.exec("echo kept").stdout == "kept\n"
     fresh_server.stop()
     assert leftovers(fresh_server) == []
+
+
+def _pod_or_none(server: RunningServer, name: str) -> dict | None:
+    raw = kubectl("-n", server.namespace, "get", "pod", name, "--ignore-not-found", "-o", "json")
+    return json.loads(raw) if raw else None
+
+
+def test_a_pod_the_kubelet_ended_at_its_deadline_is_deleted_not_left_terminating(fresh_server):
+    """kubernetes/kubernetes#88613: a pod failed at activeDeadlineSeconds (the sandbox's
+    ttl) before the reaper deleted it may never finish a graceful delete on 1.20. The
+    orchestrator is frozen (SIGSTOP: no reaper) until the kubelet has failed the pod."""
+    ttl = 12  # a pod takes 2-5 s to be ready here, more on a loaded machine
+    fresh_server.start()
+    assert fresh_server.proc is not None
+    with SandboxClient(base_url=fresh_server.url, auto_cleanup=False) as client:
+        for _attempt in range(3):  # the reaper must not have acted before the freeze
+            asked = time.monotonic()
+            with contextlib.suppress(SandboxFailed):  # reaped: it took longer than its ttl
+                sbx = client.create_sandbox(BUSYBOX_IMAGE, ttl_seconds=ttl, block_network=True)
+                if time.monotonic() - asked < ttl - 3:
+                    fresh_server.proc.send_signal(signal.SIGSTOP)
+                    break
+                sbx.delete()
+        else:
+            pytest.fail("no sandbox was ready well within its ttl")
+    name = f"orchard-{sbx.sandbox_id}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            pod = _pod_or_none(fresh_server, name)
+            assert pod is not None, "the pod went while the orchestrator was frozen"
+            assert not pod["metadata"].get("deletionTimestamp")
+            if pod["status"].get("reason") == "DeadlineExceeded":
+                break
+            assert time.monotonic() < deadline, pod["status"]
+            time.sleep(0.5)
+    finally:
+        fresh_server.proc.send_signal(signal.SIGCONT)
+    resumed = time.monotonic()
+    while (pod := _pod_or_none(fresh_server, name)) is not None:
+        assert time.monotonic() - resumed < 30, json.dumps(pod["metadata"]) + fresh_server.log()
+        time.sleep(0.5)
+    assert f"force-deleting pod {name}" in fresh_server.log()
+    # Its record ends terminated by its ttl (or is already forgotten), never failed.
+    response = httpx.get(f"{fresh_server.url}/sandboxes/{sbx.sandbox_id}")
+    if response.status_code != 404:
+        info = response.json()
+        assert info["status"] == "terminated" and "ttl" in info["error"], info
+    assert f"sandbox {sbx.sandbox_id} died" not in fresh_server.log()
+    # The Secret and the policy go with the pod.
+    deadline = time.monotonic() + 30
+    while kubectl("-n", fresh_server.namespace, "get", "secret,networkpolicy",
+                  "--ignore-not-found", "-o", "name", name):  # fmt: skip
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    fresh_server.stop()
+    assert leftovers(fresh_server) == []
+
+
+def _kubeconfig_with_a_client_key(path: Path) -> Path:
+    """The test cluster's kubeconfig, authenticating with an inline client certificate and
+    key (the kubelet client's, system:masters) instead of a token."""
+    pki = CLUSTER_DIR / "pki"
+
+    def inline(name: str) -> str:
+        return base64.b64encode((pki / name).read_bytes()).decode()
+
+    cluster = {
+        "server": cluster_env()["APISERVER_URL"],
+        "certificate-authority-data": inline("ca.crt"),
+    }
+    user = {
+        "client-certificate-data": inline("kubelet-client.crt"),
+        "client-key-data": inline("kubelet-client.key"),
+    }
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "t", "cluster": cluster}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "u"}}],
+        "current-context": "t",
+    }
+    path.touch(mode=0o600)
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_the_kubeconfigs_tls_files_are_private_and_gone_after_a_graceful_stop(
+    backend, tmp_path, monkeypatch
+):
+    """The client would write the inline CA, certificate and key to $TMPDIR and remove
+    them only at interpreter exit, which a server stopped by SIGTERM never reaches."""
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir(mode=0o700)
+    monkeypatch.setenv("TMPDIR", str(tmpdir))  # the server's, inherited
+    kubeconfig = _kubeconfig_with_a_client_key(tmp_path / "kubeconfig")
+    key = (CLUSTER_DIR / "pki" / "kubelet-client.key").read_bytes()
+    srv = RunningServer(backend=backend, state_dir=tmp_path / "state", kubeconfig=kubeconfig)
+    credentials = srv.state_dir / "kubernetes" / "credentials"
+    try:
+        srv.start()
+        [private] = credentials.iterdir()
+        assert stat.S_IMODE(credentials.stat().st_mode) == 0o700
+        assert stat.S_IMODE(private.stat().st_mode) == 0o700
+        files = list(private.iterdir())
+        assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
+        assert key in [f.read_bytes() for f in files]
+        with SandboxClient(base_url=srv.url) as client:  # the key authenticates
+            sbx = client.create_sandbox(BUSYBOX_IMAGE)
+            assert sbx.exec("echo ok").stdout == "ok\n"
+        srv.stop()
+        assert "Application shutdown complete" in srv.log()
+        assert list(credentials.iterdir()) == []
+        assert list(tmpdir.iterdir()) == []
+        # A killed server cannot clean up: the next start removes what it left.
+        srv.start()
+        srv.kill()
+        [left] = credentials.iterdir()
+        srv.start()
+        assert left not in list(credentials.iterdir())
+        srv.stop()
+        assert list(credentials.iterdir()) == []
+        assert list(tmpdir.iterdir()) == []
+    finally:
+        srv.stop()
+        kubeconfig.unlink()
+    assert leftovers(srv) == []
 
 
 def test_fifty_sandboxes_at_once_all_serve(server):

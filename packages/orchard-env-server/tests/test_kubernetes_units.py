@@ -1,23 +1,37 @@
 """Pure logic of the Kubernetes backend: object names, manifests, pod status, the watcher.
 
 No cluster is involved: manifests are plain dicts, pod statuses are hand-written, and the
-watcher runs against an in-memory fake of the two API calls it makes.
+watcher runs against an in-memory fake of the two API calls it makes. Also: where the
+kubeconfig's TLS files go, and when a pod is force-deleted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import fcntl
 import json
+import os
 import re
+import stat
+import tempfile
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kubernetes.config import kube_config
 
 from orchard_env_server.backends.base import BackendError
 from orchard_env_server.backends.docker_injection import AGENT_MOUNT, agent_entry
-from orchard_env_server.backends.kubernetes_api import KubeError
+from orchard_env_server.backends.kubernetes import KubernetesBackend
+from orchard_env_server.backends.kubernetes_api import (
+    CredentialFiles,
+    KubeError,
+    load_configuration,
+)
 from orchard_env_server.backends.kubernetes_spec import (
     ANNOTATION_RECORD,
     INIT_CONTAINER,
@@ -38,7 +52,11 @@ from orchard_env_server.backends.kubernetes_spec import (
     record_from_pod,
     secret_manifest,
 )
-from orchard_env_server.backends.kubernetes_status import view_pod
+from orchard_env_server.backends.kubernetes_status import (
+    FORCE_DELETE_MARGIN_S,
+    force_delete_reason,
+    view_pod,
+)
 from orchard_env_server.backends.kubernetes_watch import ResourceWatcher
 from orchard_env_server.records import AgentEndpoint, SandboxRecord
 from orchard_env_server.settings import Settings
@@ -746,3 +764,418 @@ def test_watch_resumes_after_a_dropped_connection_from_the_last_version_seen():
     )
     run_watcher(api)
     assert api.watched_versions == ["10", "11"]
+
+
+# --- force_delete_reason --------------------------------------------------------------------
+
+
+RUNNING = {"running": {"startedAt": "2024-01-01T00:00:00Z"}}
+TERMINATED = {"terminated": {"exitCode": 137, "reason": "Error"}}
+DELETING = {"deletionTimestamp": "2024-01-01T00:00:01Z", "deletionGracePeriodSeconds": 1}
+
+
+def pod_state(
+    phase: str, main: dict[str, Any] | None = None, reason: str | None = None, **meta: Any
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase}
+    if reason:
+        status["reason"] = reason
+    if main is not None:
+        status["initContainerStatuses"] = [
+            {"name": INIT_CONTAINER, "state": {"terminated": {"exitCode": 0}}}
+        ]
+        status["containerStatuses"] = [{"name": MAIN_CONTAINER, "state": main}]
+    pod = pod_with(status, **meta)
+    pod["spec"] = {"terminationGracePeriodSeconds": 1}
+    return pod
+
+
+# kubernetes/kubernetes#88613: failed at its deadline, yet the container "still runs".
+DEADLINE_POD = pod_state("Failed", RUNNING, "DeadlineExceeded")
+
+
+@pytest.mark.parametrize(
+    ("pod", "why"),
+    [
+        (pod_state("Running", RUNNING), None),
+        (pod_state("Pending"), None),
+        (pod_state("Pending", {"waiting": {"reason": "ContainerCreating"}}), None),
+        (DEADLINE_POD, "DeadlineExceeded"),
+        (pod_state("Running", RUNNING, "DeadlineExceeded"), "DeadlineExceeded"),
+        (pod_state("Failed", TERMINATED), "phase Failed"),
+        (pod_state("Succeeded", {"terminated": {"exitCode": 0}}), "phase Succeeded"),
+        (pod_state("Failed", None, "Evicted"), "phase Failed"),
+        (pod_state("Running", TERMINATED), "exited"),  # the phase lags behind
+    ],
+)
+def test_what_to_force_delete_before_deleting(pod, why):
+    reason = force_delete_reason(pod)
+    assert (reason is None) if why is None else (why in (reason or ""))
+
+
+def test_a_pod_stuck_by_its_deadline_is_forced_at_once_while_deleting():
+    pod = json.loads(json.dumps(DEADLINE_POD))
+    pod["metadata"].update(DELETING)
+    assert "DeadlineExceeded" in (force_delete_reason(pod, deleting_for_s=0.0) or "")
+    ended = pod_state("Failed", RUNNING, **DELETING)  # ended, yet a container "runs"
+    assert force_delete_reason(ended, deleting_for_s=0.0) is not None
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        pod_state("Running", RUNNING, **DELETING),
+        pod_state("Running", TERMINATED, **DELETING),
+        pod_state("Failed", TERMINATED, **DELETING),  # the way out of a graceful delete
+        pod_state("Succeeded", {"terminated": {"exitCode": 0}}, **DELETING),
+    ],
+)
+def test_an_ordinary_graceful_deletion_is_left_to_the_kubelet_until_overdue(pod):
+    grace = pod["metadata"]["deletionGracePeriodSeconds"]
+    assert force_delete_reason(pod, deleting_for_s=0.0) is None
+    assert force_delete_reason(pod, deleting_for_s=grace + FORCE_DELETE_MARGIN_S - 0.1) is None
+    why = force_delete_reason(pod, deleting_for_s=grace + FORCE_DELETE_MARGIN_S + 0.1)
+    assert why is not None and "still there" in why
+
+
+def test_overdue_counts_the_deletion_grace_then_the_spec_then_the_default():
+    pod = pod_state("Running", RUNNING, deletionTimestamp="t", deletionGracePeriodSeconds=60)
+    assert force_delete_reason(pod, deleting_for_s=40, margin_s=10) is None
+    assert force_delete_reason(pod, deleting_for_s=71, margin_s=10) is not None
+    pod = pod_state("Running", RUNNING, deletionTimestamp="t")
+    assert force_delete_reason(pod, deleting_for_s=12, margin_s=10) is not None  # spec: 1 s
+    del pod["spec"]
+    assert force_delete_reason(pod, deleting_for_s=39, margin_s=10) is None  # default 30 s
+    assert force_delete_reason(pod, deleting_for_s=41, margin_s=10) is not None
+
+
+def test_a_pod_not_being_deleted_is_never_overdue():
+    pod = pod_state("Running", RUNNING)
+    assert force_delete_reason(pod, deleting_for_s=10_000.0) is None
+
+
+@given(
+    phase=st.sampled_from(["Pending", "Running", "Failed", "Succeeded", "Unknown"]),
+    main=st.sampled_from([None, RUNNING, TERMINATED, {"waiting": {"reason": "x"}}]),
+    reason=st.sampled_from([None, "DeadlineExceeded", "Evicted"]),
+    grace=st.integers(0, 120),
+    t1=st.floats(0, 1000),
+    t2=st.floats(0, 1000),
+)
+def test_once_due_a_force_delete_stays_due(phase, main, reason, grace, t1, t2):
+    pod = pod_state(phase, main, reason, deletionTimestamp="t", deletionGracePeriodSeconds=grace)
+    early, late = sorted((t1, t2))
+    if force_delete_reason(pod, deleting_for_s=early) is not None:
+        assert force_delete_reason(pod, deleting_for_s=late) is not None
+    if force_delete_reason(pod, deleting_for_s=early) is not None:
+        # Whatever is due while deleting was due before deleting, or is overdue by now.
+        assert force_delete_reason(pod) is not None or early > grace + FORCE_DELETE_MARGIN_S
+
+
+# --- the backend's deletions ------------------------------------------------------------------
+
+
+class DeleteApi:
+    """Records the backend's delete calls; ``missing`` names answer 404."""
+
+    def __init__(self) -> None:
+        self.deletes: list[tuple[str, str, int | None, str | None]] = []
+        self.missing: set[str] = set()
+
+    async def delete(
+        self, kind: str, name: str, *, grace_period_s: int | None = None, uid: str | None = None
+    ) -> bool:
+        self.deletes.append((kind, name, grace_period_s, uid))
+        return name not in self.missing
+
+    async def patch(self, kind: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return body
+
+
+class Pods:
+    def __init__(self, *pods: dict[str, Any]) -> None:
+        self.objects = {p["metadata"]["name"]: p for p in pods}
+
+
+class Registry:
+    def __init__(self) -> None:
+        self.lost_ids: list[tuple[str, str]] = []
+        self.found: list[SandboxRecord] = []
+
+    def discovered(self, record: SandboxRecord) -> None:
+        self.found.append(record)
+
+    def lost(self, sandbox_id: str, reason: str) -> None:
+        self.lost_ids.append((sandbox_id, reason))
+
+
+def make_backend(tmp_path: Path, *pods: dict[str, Any]) -> tuple[KubernetesBackend, DeleteApi]:
+    backend = KubernetesBackend(Settings(backend="kubernetes", state_dir=tmp_path))
+    api = DeleteApi()
+    backend._api = api  # type: ignore[assignment]
+    backend._pods = Pods(*pods)
+    backend._secrets = Pods()
+    return backend, api
+
+
+def pod_deletes(api: DeleteApi) -> list[tuple[str, int | None, str | None]]:
+    return [(name, grace, uid) for kind, name, grace, uid in api.deletes if kind == "pods"]
+
+
+@pytest.mark.parametrize(
+    ("pod", "forced"),
+    [
+        (DEADLINE_POD, True),
+        (pod_state("Failed", TERMINATED), True),
+        (pod_state("Running", RUNNING), False),
+    ],
+)
+def test_deleting_an_ended_pod_forces_it_with_its_uid(tmp_path, pod, forced):
+    backend, api = make_backend(tmp_path, pod)
+    assert asyncio.run(backend._delete_objects("orchard-sb")) is True
+    expected = [("orchard-sb", 0, "u-1")] if forced else [("orchard-sb", None, None)]
+    assert pod_deletes(api) == expected
+    kinds = [kind for kind, *_ in api.deletes]
+    assert kinds == ["pods", "secrets", "networkpolicies"]
+
+
+def test_a_pod_forced_on_delete_is_not_forced_again_when_seen_deleting(tmp_path):
+    async def main() -> list[tuple[str, int | None, str | None]]:
+        backend, api = make_backend(tmp_path, DEADLINE_POD)
+        await backend._delete_objects("orchard-sb")
+        deleting = json.loads(json.dumps(DEADLINE_POD))
+        deleting["metadata"].update(DELETING)
+        backend._on_pod(deleting)
+        await asyncio.sleep(0)
+        backend._pods.objects.clear()  # then gone: what was kept about it goes
+        await backend._maintain_once()
+        assert not backend._forced and not backend._deleting_since
+        return pod_deletes(api)
+
+    assert asyncio.run(main()) == [("orchard-sb", 0, "u-1")]
+
+
+def test_a_forced_delete_that_misses_the_watched_pod_deletes_gently(tmp_path):
+    backend, api = make_backend(tmp_path, DEADLINE_POD)
+    api.missing.add("orchard-sb")  # gone already, or another uid
+    asyncio.run(backend._delete_objects("orchard-sb"))
+    assert pod_deletes(api) == [("orchard-sb", 0, "u-1"), ("orchard-sb", None, None)]
+
+
+def test_an_unwatched_pod_is_deleted_gently(tmp_path):
+    backend, api = make_backend(tmp_path)
+    asyncio.run(backend._delete_objects("orchard-sb"))
+    assert pod_deletes(api) == [("orchard-sb", None, None)]
+
+
+def test_a_pod_stuck_terminating_is_force_deleted_once_overdue(tmp_path):
+    pod = pod_state("Running", RUNNING, **DELETING)
+
+    async def main() -> list[tuple[str, int | None, str | None]]:
+        backend, api = make_backend(tmp_path, pod)
+        backend._on_pod(pod)  # first seen being deleted: the kubelet's turn
+        await asyncio.sleep(0)
+        assert pod_deletes(api) == []
+        await backend._maintain_once()
+        assert pod_deletes(api) == []
+        backend._deleting_since["orchard-sb"] -= FORCE_DELETE_MARGIN_S + 2  # time passes
+        await backend._maintain_once()
+        await asyncio.sleep(0)
+        await backend._maintain_once()  # no second force for the same pod
+        await asyncio.sleep(0)
+        backend._on_pod_gone(pod)
+        assert "orchard-sb" not in backend._deleting_since
+        return pod_deletes(api)
+
+    assert asyncio.run(main()) == [("orchard-sb", 0, "u-1")]
+
+
+def test_a_deadline_pod_being_deleted_is_forced_at_once(tmp_path):
+    pod = json.loads(json.dumps(DEADLINE_POD))
+    pod["metadata"].update(DELETING)
+
+    async def main() -> list[tuple[str, int | None, str | None]]:
+        backend, api = make_backend(tmp_path, pod)
+        backend._on_pod(pod)
+        backend._on_pod(pod)  # a second event: still one force delete
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        return pod_deletes(api)
+
+    assert asyncio.run(main()) == [("orchard-sb", 0, "u-1")]
+
+
+@pytest.mark.parametrize(
+    ("age_s", "reported"),
+    [(10.0, False), (4.0, False), (-100.0, True)],  # the last: a node clock far ahead
+)
+def test_a_pod_ended_at_its_deadline_is_force_deleted_and_left_to_the_ttl(
+    tmp_path, age_s, reported
+):
+    """Not a failure: the pod goes at once; the record ends ``terminated`` by the
+    reaper's ttl (then forgotten), or, if the orchestrator's clock says the ttl is far
+    off, at once through ``lost``."""
+    record = make_record(ttl_seconds=5)
+    record.created_at = time.time() - age_s
+    pod = pod_manifest(record, Settings(backend="kubernetes"), ORCH)
+    pod["metadata"]["uid"] = "u-9"
+    pod["status"] = DEADLINE_POD["status"]
+    name = pod["metadata"]["name"]
+
+    async def main() -> tuple[Registry, DeleteApi, KubernetesBackend]:
+        backend, api = make_backend(tmp_path, pod)
+        registry = Registry()
+        backend.attach(registry)
+        backend._on_pod(pod)  # found (as after a restart), already ended by the kubelet
+        backend._on_pod(pod)  # acted upon once
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert registry.lost_ids == []  # no failure, no "deleted out of band"
+        assert backend._dead == {}
+        backend._on_pod_gone(pod)
+        return registry, api, backend
+
+    registry, api, backend = asyncio.run(main())
+    assert [r.sandbox_id for r in registry.found] == [record.sandbox_id]
+    assert pod_deletes(api) == [(name, 0, "u-9")]  # deleted by force, once
+    if reported:
+        [(sandbox_id, why)] = registry.lost_ids
+        assert sandbox_id == record.sandbox_id and "deadline" in why
+    else:
+        assert registry.lost_ids == []
+    assert not backend._records and not backend._expiring
+
+
+# --- CredentialFiles: the kubeconfig's TLS material -------------------------------------------
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def write_kubeconfig(path: Path) -> Path:
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "c",
+                "cluster": {
+                    "server": "https://127.0.0.1:1",
+                    "certificate-authority-data": b64(b"CA-PEM"),
+                },
+            }
+        ],
+        "users": [
+            {
+                "name": "u",
+                "user": {
+                    "client-certificate-data": b64(b"CERT-PEM"),
+                    "client-key-data": b64(b"SECRET-KEY-PEM"),
+                },
+            }
+        ],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    path.write_text(json.dumps(cfg))  # JSON is YAML
+    return path
+
+
+@pytest.fixture
+def private_tmpdir(tmp_path, monkeypatch):
+    """$TMPDIR of the test: where the client would put its files."""
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    return tmp
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_tls_material_goes_to_a_private_directory_and_is_removed(tmp_path, private_tmpdir):
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig")
+    files = CredentialFiles(tmp_path / "state" / "credentials")
+    cfg = load_configuration(kubeconfig, files)
+    assert files.path is not None
+    assert mode(files.root) == 0o700 and mode(files.path) == 0o700
+    paths = {Path(p) for p in (cfg.ssl_ca_cert, cfg.cert_file, cfg.key_file)}
+    assert {p.parent for p in paths} == {files.path}
+    assert sorted(p.read_bytes() for p in paths) == [b"CA-PEM", b"CERT-PEM", b"SECRET-KEY-PEM"]
+    assert all(mode(p) == 0o600 for p in paths)
+    assert list(private_tmpdir.iterdir()) == []
+    registry = kube_config._temp_files.values()
+    assert not any(Path(p).parent == files.path for p in registry)
+    # Another load of the same kubeconfig gets files of its own, not a cached path.
+    other = CredentialFiles(tmp_path / "state" / "credentials")
+    cfg2 = load_configuration(kubeconfig, other)
+    assert Path(cfg2.key_file).parent == other.path != files.path
+    files.remove()
+    assert not any(p.exists() for p in paths)
+    assert Path(cfg2.key_file).read_bytes() == b"SECRET-KEY-PEM"  # the other's is intact
+    other.remove()
+    assert list(files.root.iterdir()) == []
+    assert list(private_tmpdir.iterdir()) == []
+
+
+def test_without_a_private_directory_the_client_leaves_its_files_in_tmpdir(
+    tmp_path, private_tmpdir
+):
+    """The bug CredentialFiles fixes: the key lands in $TMPDIR, removed only at exit."""
+    cfg = load_configuration(write_kubeconfig(tmp_path / "kubeconfig"))
+    try:
+        assert Path(cfg.key_file).parent == private_tmpdir
+    finally:
+        for path in private_tmpdir.iterdir():
+            path.unlink()
+        registry = kube_config._temp_files
+        for key, name in list(registry.items()):
+            if Path(name).parent == private_tmpdir:
+                del registry[key]
+
+
+def test_an_unusable_kubeconfig_leaves_no_directory(tmp_path, private_tmpdir):
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("{}")
+    files = CredentialFiles(tmp_path / "credentials")
+    with pytest.raises(BackendError, match="no usable Kubernetes configuration"):
+        load_configuration(bad, files)
+    assert files.path is None and list(files.root.iterdir()) == []
+
+
+def test_directories_of_dead_processes_are_swept_and_living_ones_kept(tmp_path):
+    root = tmp_path / "credentials"
+    alive = CredentialFiles(root)
+    alive.create()
+    dead = root / "p-dead"  # its process died: the lock file is there, unlocked
+    dead.mkdir()
+    (dead / ".lock").touch()
+    (dead / "tmpkey").write_text("SECRET-KEY-PEM")
+    young = root / "p-young"  # being made right now: no lock file yet
+    young.mkdir()
+    old = root / "p-old"
+    old.mkdir()
+    os.utime(old, (0, 0))
+    mine = CredentialFiles(root)
+    path = mine.create()
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        [alive.path.name, path.name, "p-young"]  # type: ignore[union-attr]
+    )
+    # A directory in use stays locked against anyone else.
+    fd = os.open(path / ".lock", os.O_RDWR)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
+    mine.remove()
+    mine.remove()  # idempotent
+    alive.remove()
+    assert [p.name for p in root.iterdir()] == ["p-young"]
+
+
+def test_closing_a_backend_that_never_started_is_harmless(tmp_path):
+    backend = KubernetesBackend(Settings(backend="kubernetes", state_dir=tmp_path))
+    asyncio.run(backend.close(delete_sandboxes=False))

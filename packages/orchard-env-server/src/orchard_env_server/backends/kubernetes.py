@@ -55,6 +55,9 @@ log = logging.getLogger("orchard_env_server")
 _SYNC_TIMEOUT_S = 30.0
 _MAINTENANCE_EVERY_S = 5.0
 _ORPHAN_GRACE_S = 60.0  # a token Secret whose pod has not appeared by then is garbage
+# The kubelet's deadline counts from the pod's startTime, stored in whole seconds: it may
+# come up to a second before the record's expires_at (more with a skewed node clock).
+_EXPIRY_SLACK_S = 5.0
 
 
 class KubernetesBackend:
@@ -361,18 +364,15 @@ class KubernetesBackend:
             record.mark("ready")
 
     def _expire(self, name: str, record: SandboxRecord) -> None:
-        """The kubelet ended the pod at ``activeDeadlineSeconds``, which is the sandbox's
-        ttl: like the reaper, end the sandbox ``terminated`` and delete its pod, before
-        any reaper pass took it for a failure (the reaper may be late, or the orchestrator
-        was down when the deadline passed)."""
+        """The kubelet ended the pod at ``activeDeadlineSeconds``, i.e. the sandbox's ttl,
+        before a reaper deleted it (the reaper was late, or no orchestrator ran). That is
+        no failure: delete the pod (by force, see ``_delete_pod``) and leave the record to
+        the ttl, which ends it ``terminated`` (see ``_on_pod_gone``)."""
         if name in self._expiring:
             return
         self._expiring.add(name)
-        ttl = f"{record.ttl_seconds:g} s" if record.ttl_seconds is not None else "deadline"
-        why = f"ttl of {ttl} reached (the kubelet ended the pod: DeadlineExceeded)"
-        log.info("sandbox %s: %s", record.sandbox_id, why)
-        if self._registry is not None:
-            self._registry.lost(record.sandbox_id, why)
+        log.info("sandbox %s: the kubelet ended its pod at its deadline (ttl %s s)",
+                 record.sandbox_id, record.ttl_seconds)  # fmt: skip
         self._spawn(self._delete_expired(name, record.block_network))
 
     async def _delete_expired(self, name: str, with_policy: bool) -> None:
@@ -383,10 +383,18 @@ class KubernetesBackend:
         name = pod["metadata"]["name"]
         self._deleting_since.pop(name, None)
         self._forced.pop(name, None)
-        expired = name in self._expiring  # reported, and being deleted, already
+        expired = name in self._expiring
         record = self._forget(name, BackendError("the sandbox's pod was deleted"))
-        if record is None or expired:
+        if record is None:
             return  # deleted through this replica
+        if expired:
+            expires_at = record.expires_at
+            if expires_at is not None and time.time() >= expires_at - _EXPIRY_SLACK_S:
+                return  # the reaper ends it, as any ttl: terminated, then forgotten
+            why = "the pod's deadline (activeDeadlineSeconds) passed: the kubelet ended it"
+            if self._registry is not None:
+                self._registry.lost(record.sandbox_id, why)
+            return  # its objects are being deleted already
         why = "the sandbox's pod was deleted (through another orchestrator replica, or out of band)"
         if self._registry is not None:
             self._registry.lost(record.sandbox_id, why)
