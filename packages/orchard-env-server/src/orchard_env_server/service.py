@@ -44,6 +44,7 @@ class SandboxService:
         self._reaper: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._checking: set[str] = set()
+        self._last_health_check = 0.0
         self.jobs = JobLedger()
 
     # -- start and stop -------------------------------------------------------------
@@ -254,6 +255,9 @@ class SandboxService:
     async def reap_once(self) -> None:
         """Delete expired and idle sandboxes, fail dead ones, forget old failures."""
         now_wall, now = time.time(), time.monotonic()
+        check_health = now - self._last_health_check >= self.settings.health_check_interval_s
+        if check_health:
+            self._last_health_check = now
         for record in list(self._records.values()):
             reason: str | None = None
             if record.status in ("failed", "terminated"):
@@ -278,7 +282,7 @@ class SandboxService:
                 await self._destroy(record, "terminated", reason)
                 await self._forget(record)
                 continue
-            if record.status == "ready":
+            if record.status == "ready" and check_health:
                 dead = await self.backend.check(record)
                 if dead:
                     log.warning("sandbox %s died: %s", record.sandbox_id, dead)

@@ -50,6 +50,9 @@ class Settings:
     max_upload_bytes: int = 1 << 30
     max_json_file_bytes: int = 64 << 20
     reaper_interval_s: float = 1.0
+    # How often every ready sandbox is checked for life (a request that finds its agent
+    # gone checks at once): at 1,000 sandboxes a check a second costs real CPU.
+    health_check_interval_s: float = 5.0
     failed_retention_s: float = 300.0
     keep_sandboxes_on_exit: bool | None = None  # None: the backend's default
     default_ttl_seconds: float | None = None
