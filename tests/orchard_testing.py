@@ -139,6 +139,22 @@ def agent_pid(server: RunningServer, sandbox_id: str) -> int:
     return int(docker("inspect", "-f", "{{.State.Pid}}", ids.split()[0]))
 
 
+def wait_until_it_runs_again(sandbox: object, seconds: float = 20) -> None:
+    """Retry ``echo`` in a sandbox until it works (after a fork bomb, an agent restart)."""
+    from orchard_env_client import OrchardError, Sandbox
+
+    assert isinstance(sandbox, Sandbox)
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if sandbox.exec("echo recovered", timeout=5).stdout == "recovered\n":
+                return
+        except OrchardError:
+            pass
+        assert time.monotonic() < deadline, f"the sandbox did not recover in {seconds:g} s"
+        time.sleep(0.5)
+
+
 def backend_is_slow(server: RunningServer) -> bool:
     """Backends whose sandboxes are rarely ready within the create call's half second."""
     return server.backend == "kubernetes"

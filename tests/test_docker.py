@@ -16,7 +16,7 @@ import pytest
 
 from orchard_env_client import SandboxClient
 from orchard_env_client.errors import OrchardError, SandboxFailed
-from orchard_testing import BUSYBOX_IMAGE, docker, leftovers, only_backend
+from orchard_testing import BUSYBOX_IMAGE, docker, leftovers, only_backend, wait_until_it_runs_again
 
 pytestmark = [pytest.mark.integration, only_backend("docker")]
 
@@ -125,15 +125,7 @@ def test_a_fork_bomb_is_contained_by_the_pids_limit(fresh_server):
         assert httpx.get(fresh_server.url + "/health").status_code == 200
         result = job.wait(timeout=30)
         assert result.status == "failed"
-        deadline = time.monotonic() + 20
-        while True:  # forks fail while the bomb's last processes die; then it recovers
-            try:
-                if sbx.exec("echo recovered", timeout=5).stdout == "recovered\n":
-                    break
-            except OrchardError:
-                pass
-            assert time.monotonic() < deadline, "the sandbox did not recover from the bomb"
-            time.sleep(0.5)
+        wait_until_it_runs_again(sbx)  # forks fail while the bomb's last processes die
         sbx.delete()
 
 
