@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -59,7 +60,7 @@ def bench_latency(
                     )
             argv, results["baseline_name"] = _baseline(backend, sandbox.sandbox_id, command)
             results["baseline"] = _time(
-                "baseline", runs, lambda: subprocess.run(argv, check=False, capture_output=True)
+                "baseline", runs, lambda: subprocess.run(argv, check=True, capture_output=True)
             )
             if file_runs > 0:
                 results["files"] = _file_throughput(sandbox, file_runs)
@@ -76,9 +77,18 @@ def bench_latency(
 
 
 def _baseline(backend: str, sandbox_id: str, command: str) -> tuple[list[str], str]:
+    """The direct way to run ``command`` in the same place, without Orchard."""
     if backend == "docker":
         argv = ["docker", "exec", f"orchard-{sandbox_id}", "sh", "-c", command]
         return argv, "docker exec <container> sh -c command"
+    if backend == "kubernetes":
+        from ..backends.kubernetes_spec import object_name
+
+        kubectl = os.environ.get("KUBECTL") or shutil.which("kubectl") or "kubectl"
+        namespace = os.environ.get("ORCHARD_ENV_NAMESPACE", "orchard-sandboxes")
+        argv = [kubectl, "exec", "-n", namespace, object_name(sandbox_id), "-c", "sandbox",
+                "--", "sh", "-c", command]  # fmt: skip
+        return argv, "kubectl exec <pod> -- sh -c command ($KUBECTL, $KUBECONFIG)"
     return ["bash", "-c", command], "subprocess.run(['bash', '-c', command])"
 
 
