@@ -59,8 +59,9 @@ def bench_latency(
                         lambda: http.post(url_ + "/exec", json=body, headers=headers),
                     )
             argv, results["baseline_name"] = _baseline(backend, sandbox.sandbox_id, command)
+            _check_baseline(argv, sandbox.exec(command).exit_code)
             results["baseline"] = _time(
-                "baseline", runs, lambda: subprocess.run(argv, check=True, capture_output=True)
+                "baseline", runs, lambda: subprocess.run(argv, check=False, capture_output=True)
             )
             if file_runs > 0:
                 results["files"] = _file_throughput(sandbox, file_runs)
@@ -74,6 +75,16 @@ def bench_latency(
             results["orchard"]["p50_ms"] - results["agent_direct"]["p50_ms"]
         )
     return results
+
+
+def _check_baseline(argv: list[str], expected: int | None) -> None:
+    """A baseline that fails where Orchard's run succeeds would time an error: refuse."""
+    done = subprocess.run(argv, check=False, capture_output=True)
+    if done.returncode != expected:
+        raise RuntimeError(
+            f"the baseline {' '.join(argv[:4])} ... exited {done.returncode}, the command "
+            f"through Orchard {expected}: {done.stderr.decode(errors='replace')[-500:]}"
+        )
 
 
 def _baseline(backend: str, sandbox_id: str, command: str) -> tuple[list[str], str]:
