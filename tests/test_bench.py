@@ -1,0 +1,53 @@
+"""The benches run end to end and report what the docs promise (shapes, never times)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchard_env_server.cli import main
+from orchard_testing import only_backend
+
+pytestmark = [pytest.mark.integration, only_backend("local")]
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
+    assert main(["bench", *argv, "--json"]) == 0
+    result: dict[str, object] = json.loads(capsys.readouterr().out)
+    return result
+
+
+def test_latency_reports_the_three_paths_ratios_and_file_throughput(backend, capsys, tmp_path):
+    plot = tmp_path / "latency.png"
+    result = _run(capsys, "latency", "--runs", "5", "--file-runs", "1", "--plot", str(plot))
+    for path in ("orchard", "agent_direct", "baseline"):
+        assert {"p50_ms", "p90_ms", "p99_ms"} <= set(result[path])  # type: ignore[arg-type]
+    assert result["ratio_p50"] and result["orchestrator_overhead_p50_ms"] is not None
+    files = result["files"]
+    assert isinstance(files, dict) and set(files) == {"1MiB", "100MiB"}
+    assert all(r["upload_mb_s"] > 0 and r["download_mb_s"] > 0 for r in files.values())
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_concurrency_counts_every_command_and_leaves_nothing(backend, capsys, tmp_path):
+    plot = tmp_path / "concurrency.png"
+    result = _run(capsys, "concurrency", "--sandboxes", "6", "--commands", "3",
+                  "--connections", "4", "--plot", str(plot))  # fmt: skip
+    assert result["success_rate"] == 1.0 and result["errors"] == []
+    assert result["commands_run"] == 18 and result["sandboxes_left_after_delete"] == 0
+    assert result["commands_per_s"] > 0 and result["wall_s"] > 0
+    assert result["per_sandbox_memory_bytes"] is not None and result["orchestrator_peak_rss_bytes"]
+    assert "_memory_series" not in result
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_create_and_cost_from_a_bench_result(backend, capsys, tmp_path: Path):
+    created = _run(capsys, "create", "--runs", "3")
+    assert {"p50_ms", "p99_ms"} <= set(created["orchard"])  # type: ignore[arg-type]
+    bench = _run(capsys, "concurrency", "--sandboxes", "2", "--commands", "1")
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    assert main(["cost", "--sandboxes", "100", "--hours", "2",
+                 "--from-bench", str(tmp_path / "bench.json"), "--json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)
