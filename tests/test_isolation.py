@@ -150,3 +150,18 @@ def test_a_fork_bomb_is_held_at_the_pids_limit(fresh_server):
         wait_until_it_runs_again(sbx)  # forks fail while the bomb's last processes die
         sbx.delete()
         assert not pids.exists()
+
+
+def test_a_cpu_limit_that_cannot_apply_fails_the_sandbox_and_leaks_no_holder(server, client):
+    response = httpx.post(f"{server.url}/sandboxes", json={"image": "host", "cpu": "0"})
+    if response.status_code == 422:  # refused up front: nothing was made
+        return
+    body = response.json()
+    assert body["status"] == "failed" and "cpu" in body["error"], body
+    holders = subprocess.run(["pgrep", "-f", f"--hostname {body['sandbox_id']}"],
+                             capture_output=True, text=True)  # fmt: skip
+    assert holders.stdout.strip() == "", "the failed sandbox's holder is still running"
+    # A tiny but valid share is raised to the kernel's 1 ms minimum, not refused.
+    tiny = client.create_sandbox("host", cpu="1m")
+    assert tiny.exec("echo ok").stdout == "ok\n"
+    tiny.delete()

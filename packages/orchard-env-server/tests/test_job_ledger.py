@@ -50,3 +50,12 @@ def test_open_jobs_per_sandbox_are_bounded():
     for _ in range(MAX_OPEN_PER_SANDBOX):
         ledger.open("s", "t", "x")
     assert ledger.open_count("s") == MAX_OPEN_PER_SANDBOX and ledger.get(first) is None
+
+
+def test_another_tenants_job_is_never_answered_for():
+    ledger = JobLedger()
+    job_id = ledger.open("shared-name", "alice", "echo secret")
+    assert ledger.lost(job_id, "gone", tenant="bob") is None  # open, but not bob's
+    assert ledger.lost(job_id, "gone", tenant="alice") is not None
+    assert ledger.lost(job_id, "gone", tenant="bob") is None  # declared lost, still not bob's
+    assert ledger.declared_lost(job_id, "bob") is None

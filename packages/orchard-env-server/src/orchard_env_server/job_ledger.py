@@ -65,13 +65,19 @@ class JobLedger:
         """The job ended normally (or never started): nothing to answer for."""
         self._close(job_id)
 
-    def lost(self, job_id: str, reason: str) -> dict[str, Any] | None:
+    def lost(self, job_id: str, reason: str, tenant: str | None = None) -> dict[str, Any] | None:
         """The job object of an open job whose agent can no longer answer: ``failed``.
 
-        None for a job the ledger never had open (and was not declared lost before).
+        None for a job the ledger never had open (and was not declared lost before), and
+        for another tenant's job when ``tenant`` is given.
         """
         if job_id in self._lost:
+            if tenant is not None and self._lost_tenant.get(job_id) != tenant:
+                return None
             return self._lost[job_id]
+        open_job = self.get(job_id)
+        if open_job is not None and tenant is not None and open_job.tenant != tenant:
+            return None
         job = self._close(job_id)
         if job is None:
             return None

@@ -86,6 +86,9 @@ class SandboxService:
         record = self._records.get(sandbox_id)
         if record is not None and record.status != "terminated":
             record.mark("terminated", reason)
+            self.jobs.lose_sandbox(
+                sandbox_id, f"the sandbox was removed while the job ran: {reason}"
+            )
             if self._agents is not None:
                 self._spawn(self._agents.forget(record.agent))
 

@@ -23,6 +23,11 @@ _V1_CONTROLLERS = ("pids", "memory", "cpu")
 _CFS_PERIOD_US = 100_000
 
 
+def _quota_us(cpus: float) -> int:
+    """CFS quota per period for ``cpus`` cores; the kernel refuses less than 1 ms."""
+    return max(1000, int(cpus * _CFS_PERIOD_US))
+
+
 @attrs.define(frozen=True)
 class Limits:
     """What one sandbox may use; None means no limit of that kind."""
@@ -101,7 +106,7 @@ class Cgroups:
                 write("memory.max", str(limits.memory_bytes))
                 write("memory.swap.max", "0")
             if limits.cpus is not None:
-                write("cpu.max", f"{int(limits.cpus * _CFS_PERIOD_US)} {_CFS_PERIOD_US}")
+                write("cpu.max", f"{_quota_us(limits.cpus)} {_CFS_PERIOD_US}")
             return
         controller = d.parent.parent.name
         if controller == "pids" and limits.pids is not None:
@@ -112,7 +117,7 @@ class Cgroups:
                 write("memory.memsw.limit_in_bytes", str(limits.memory_bytes))
         elif controller == "cpu" and limits.cpus is not None:
             write("cpu.cfs_period_us", str(_CFS_PERIOD_US))
-            write("cpu.cfs_quota_us", str(int(limits.cpus * _CFS_PERIOD_US)))
+            write("cpu.cfs_quota_us", str(_quota_us(limits.cpus)))
 
     def attach(self, procs_files: list[str], pid: int) -> None:
         """Move process ``pid`` (and so its future children) into the sandbox's cgroups."""

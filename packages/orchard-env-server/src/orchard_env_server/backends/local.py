@@ -51,6 +51,7 @@ class LocalBackend:
         self._agent = LocalAgent(self._state, settings.max_output_bytes, settings.max_upload_bytes)
         self._registered: set[str] = set()
         self._cgroups = Cgroups(self._state)
+        self._agent_restart = asyncio.Lock()
         # Holder starts block on bwrap's setup (~10 ms each); the default pool of a few
         # threads would queue a burst of creates behind each other.
         self._spawner = ThreadPoolExecutor(max_workers=32, thread_name_prefix="orchard-holder")
@@ -164,6 +165,7 @@ class LocalBackend:
                 monitor_pid=holder.monitor_pid,
                 monitor_start=start_time(holder.monitor_pid),
             )
+            record.backend_state = state  # so that a failure below kills this holder
             if self._cgroups.usable:
                 state["cgroup_procs"] = await self._limit(record, holder.pid)
         record.backend_state = state
@@ -178,13 +180,13 @@ class LocalBackend:
     async def _limit(self, record: SandboxRecord, holder_pid: int) -> list[str]:
         """The sandbox's cgroups, its holder moved in; commands join them as they start."""
         memory = record.memory or self._settings.local_memory_default
-        limits = Limits(
-            pids=self._settings.pids_limit,
-            memory_bytes=parse_memory(memory) if memory else None,
-            cpus=parse_cpu(record.cpu) if record.cpu else None,
-        )
 
         def make() -> list[str]:
+            limits = Limits(
+                pids=self._settings.pids_limit,
+                memory_bytes=parse_memory(memory) if memory else None,
+                cpus=parse_cpu(record.cpu) if record.cpu else None,
+            )
             procs = self._cgroups.create(record.sandbox_id, limits)
             self._cgroups.attach(procs, holder_pid)
             return procs
@@ -212,9 +214,12 @@ class LocalBackend:
 
     async def check(self, record: SandboxRecord) -> str | None:
         if not self._agent.alive():
-            log.warning("local agent died; starting a new one and re-registering sandboxes")
-            self._registered.clear()
-            await self._agent.ensure()
+            # Many checks run at once when the agent dies under load: one restarts it.
+            async with self._agent_restart:
+                if not self._agent.alive():
+                    log.warning("local agent died; starting a new one, re-registering sandboxes")
+                    self._registered.clear()
+                    await self._agent.ensure()
         if not self._holder_alive(record):
             return "the sandbox's namespace holder process exited"
         if record.sandbox_id not in self._registered:

@@ -49,8 +49,8 @@ async def exec_command(
     """
     record, endpoint = svc.ready_endpoint(tenant, sandbox_id)
     timeout = (body.timeout_seconds or 300) + _GRACE_S if body.wait else _GRACE_S
-    job_id = svc.jobs.open(sandbox_id, tenant, body.command)
     async with svc.slot():
+        job_id = svc.jobs.open(sandbox_id, tenant, body.command)
         try:
             with record.in_use():
                 job = await ag.request(
@@ -59,7 +59,7 @@ async def exec_command(
                 )  # fmt: skip
         except AgentUnreachable as exc:
             svc.agent_gone(record)
-            lost = svc.jobs.lost(job_id, _lost_reason(exc))
+            lost = svc.jobs.lost(job_id, _lost_reason(exc), tenant)
             if not body.wait or lost is None:
                 raise
             return JSONResponse(lost)
@@ -102,7 +102,7 @@ async def exec_stream(
         except httpx.TransportError as exc:
             svc.agent_gone(record)
             reason = f"the sandbox's agent went away while the job ran ({exc!r})"
-            lost = svc.jobs.lost(job_id, reason)
+            lost = svc.jobs.lost(job_id, reason, tenant)
             if lost is not None:
                 yield (b"\n" if tail not in (b"", b"\n") else b"") + (
                     json.dumps({"type": "exit", **lost}) + "\n"
@@ -128,7 +128,7 @@ def _job_sandbox(
         raise job_not_found(job_id) from None
     if record.agent is None or record.status != "ready":
         reason = record.error or f"sandbox is {record.status}"
-        if svc.jobs.lost(job_id, f"the sandbox stopped serving: {reason}") is not None:
+        if svc.jobs.lost(job_id, f"the sandbox stopped serving: {reason}", tenant) is not None:
             return record, None
         raise ApiError(409, "sandbox_not_ready", f"job {job_id!r} is unavailable: {reason}")
     return record, record.agent
@@ -147,14 +147,14 @@ async def _job_call(svc: SandboxService, ag: AgentClient, tenant: str, method: s
         return svc.jobs.observe(answer)
     except AgentUnreachable as exc:
         svc.agent_gone(record)
-        lost = svc.jobs.lost(job_id, _lost_reason(exc))
+        lost = svc.jobs.lost(job_id, _lost_reason(exc), tenant)
         if lost is None:
             raise
         return lost
     except ApiError as exc:
         if exc.status != 404:
             raise
-        lost = svc.jobs.lost(job_id, "the sandbox's agent restarted while the job ran")
+        lost = svc.jobs.lost(job_id, "the sandbox's agent restarted while the job ran", tenant)
         if lost is not None:
             return lost
         raise ApiError(
@@ -216,7 +216,7 @@ async def proxy_websocket(websocket: WebSocket, sandbox_id: str, agent_path: str
     app = websocket.app
     try:
         tenant = tenant_for(app.state.settings.api_keys, presented_key(websocket))  # type: ignore[arg-type]
-        _, endpoint = app.state.service.ready_endpoint(tenant, sandbox_id)
+        record, endpoint = app.state.service.ready_endpoint(tenant, sandbox_id)
     except ApiError as exc:
         await websocket.close(code=4000 + exc.status, reason=exc.detail[:120])
         return
@@ -234,7 +234,8 @@ async def proxy_websocket(websocket: WebSocket, sandbox_id: str, agent_path: str
             subprotocols=requested_subprotocols(websocket),  # type: ignore[arg-type]
         ) as upstream:  # fmt: skip
             await websocket.accept(subprotocol=upstream.subprotocol)
-            await relay(websocket, upstream)
+            with record.in_use():  # a terminal in use keeps its sandbox from idling out
+                await relay(websocket, upstream)
     except (OSError, websockets.WebSocketException) as exc:
         with contextlib.suppress(Exception):
             await websocket.close(code=1011, reason=f"sandbox agent: {exc}"[:120])
