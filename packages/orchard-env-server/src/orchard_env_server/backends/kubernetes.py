@@ -30,7 +30,7 @@ from ..errors import conflict
 from ..quantities import parse_cpu, parse_memory
 from ..records import AgentEndpoint, SandboxRecord
 from ..settings import Settings
-from .base import BackendError, SandboxRegistry
+from .base import BackendError, BackendUnavailable, SandboxRegistry
 from .kubernetes_api import CredentialFiles, KubeApi, KubeError, load_configuration
 from .kubernetes_spec import (
     AGENT_PORT,
@@ -60,6 +60,9 @@ _ORPHAN_GRACE_S = 60.0  # a token Secret whose pod has not appeared by then is g
 _EXPIRY_SLACK_S = 5.0
 
 
+_FORCE_RETRY_S = 15.0
+
+
 class KubernetesBackend:
     """Sandboxes as pods in one namespace of a Kubernetes cluster."""
 
@@ -79,7 +82,10 @@ class KubernetesBackend:
         self._published: dict[str, float] = {}  # pod name → last-active last published
         self._expiring: set[str] = set()  # pods the kubelet ended at their deadline (ttl)
         self._deleting_since: dict[str, float] = {}  # pod name → first seen being deleted
-        self._forced: dict[str, str] = {}  # pod name → uid force-deleted (once per pod)
+        self._forced: dict[str, str] = {}  # pod name → uid force-deleted
+        # When it was forced: a pod still there _FORCE_RETRY_S later is forced again (a
+        # graceful delete that raced the force can leave it Terminating for good on 1.20).
+        self._forced_at: dict[str, float] = {}
         self._credentials = CredentialFiles(settings.state_dir / "kubernetes" / "credentials")
         self._tasks: list[asyncio.Task[None]] = []
         self._background: set[asyncio.Task[None]] = set()
@@ -191,6 +197,8 @@ class KubernetesBackend:
         self._spawn(self._adopt_children(created, record.block_network))
 
     def _create_error(self, exc: KubeError) -> BackendError:
+        if not exc.status or exc.status >= 500:  # unreachable or failing: retry later
+            return BackendUnavailable(f"the Kubernetes API cannot create sandboxes now: {exc}")
         if exc.not_found:
             return BackendError(f"namespace {self.api.namespace!r} does not exist ({exc})")
         if exc.status == 403:
@@ -253,8 +261,8 @@ class KubernetesBackend:
         if pod is not None and why is not None:
             log.info("force-deleting pod %s: %s", name, why)
             uid = str(pod["metadata"].get("uid") or "") or None
-            if uid is not None:
-                self._forced[name] = uid  # no second force when its deletion is seen
+            if uid is not None:  # no second force right away when its deletion is seen
+                self._forced[name], self._forced_at[name] = uid, time.monotonic()
             try:
                 if await self.api.delete("pods", name, grace_period_s=0, uid=uid):
                     return
@@ -278,11 +286,13 @@ class KubernetesBackend:
         meta = pod["metadata"]
         name, uid = meta["name"], str(meta.get("uid") or "")
         since = self._deleting_since.setdefault(name, now)
-        if not uid or self._forced.get(name) == uid:
+        if not uid:
             return
+        if self._forced.get(name) == uid and now - self._forced_at.get(name, 0.0) < _FORCE_RETRY_S:
+            return  # forced a moment ago: give that delete time to land before another
         why = force_delete_reason(pod, deleting_for_s=now - since)
         if why is not None:
-            self._forced[name] = uid
+            self._forced[name], self._forced_at[name] = uid, now
             self._spawn(self._force_delete(name, uid, why))
 
     def _forget(self, name: str, why: BackendError) -> SandboxRecord | None:
@@ -448,6 +458,7 @@ class KubernetesBackend:
                 self._check_deleting(pod, now)
         for name in [n for n in self._forced if n not in self._pods.objects]:
             self._forced.pop(name, None)
+            self._forced_at.pop(name, None)
         await self._publish_last_active()
         # Token Secrets whose pod never came: an orchestrator died between the two creates.
         now = time.time()

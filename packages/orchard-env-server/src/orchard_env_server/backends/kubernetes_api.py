@@ -235,11 +235,15 @@ class KubeApi:
         another of the same name). The pod's own grace period applies unless
         ``grace_period_s`` is given: 0 removes the pod from the API at once (a force
         delete), without waiting for the kubelet to confirm its containers stopped."""
-        options: dict[str, Any] = {"propagation_policy": "Background"}
+        # All options go in the body: the API server reads DeleteOptions from the body when
+        # there is one and ignores the query then (a grace period of 0 given as a query
+        # parameter beside a uid precondition was silently a graceful delete).
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
         if grace_period_s is not None:
-            options["grace_period_seconds"] = grace_period_s
+            body["gracePeriodSeconds"] = grace_period_s
         if uid is not None:
-            options["body"] = {"preconditions": {"uid": uid}}
+            body["preconditions"] = {"uid": uid}
+        options: dict[str, Any] = {"body": body}
         try:
             await self._call(self._method("delete", kind), name, self.namespace, **options)
         except KubeError as exc:
