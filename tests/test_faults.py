@@ -19,7 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchard_testing import agent_pid, create_ready, kubectl, only_backend
+from orchard_env_client import SandboxClient
+from orchard_testing import agent_pid, create_ready, kubectl, only_backend, wait_until_it_runs_again
 
 pytestmark = [pytest.mark.integration]
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,14 +76,8 @@ def test_an_agent_killed_mid_command_fails_the_job_with_a_reason(fresh_server, i
     if fresh_server.backend == "local":
         # One agent serves every local sandbox: it is restarted and the sandbox (its
         # namespaces and files are intact) serves again.
-        deadline = time.monotonic() + 20
-        while True:
-            ran = httpx.post(f"{url}/sandboxes/{sid}/exec",
-                             json={"command": "echo back", "wait": True}, timeout=60).json()  # fmt: skip
-            if ran.get("stdout") == "back\n":
-                break
-            assert time.monotonic() < deadline, ran
-            time.sleep(0.3)
+        with SandboxClient(base_url=url, auto_cleanup=False) as client:
+            wait_until_it_runs_again(client.get_sandbox(sid), seconds=20)
     else:
         # The agent is the sandbox's main process: the sandbox is failed, with the reason.
         body = wait_status(url, sid, "failed", 60)

@@ -53,11 +53,18 @@ def _tls_context() -> ssl.SSLContext:
 
 
 def unix_transport(path: str, max_connections: int = 100) -> httpx.AsyncHTTPTransport:
-    """A transport over one unix socket. No TLS is spoken on it, but httpx builds a TLS
-    context per transport (CA certificates loaded: ~20 ms of CPU each); share one."""
-    return httpx.AsyncHTTPTransport(
-        uds=path, verify=_tls_context(), limits=_limits(max_connections)
+    """A transport over one unix socket (see ``_transport``)."""
+    return _transport(path, max_connections)
+
+
+def _transport(uds: str | None, max_connections: int) -> httpx.AsyncHTTPTransport:
+    """Over TCP, or a unix socket. No TLS is spoken to agents, but httpx builds a TLS
+    context per transport (CA certificates loaded: ~20 ms of CPU each); share one. The
+    limits go on the transport: httpx ignores a client's own once a transport is given."""
+    limits = httpx.Limits(
+        max_connections=max_connections, max_keepalive_connections=max_connections
     )
+    return httpx.AsyncHTTPTransport(uds=uds, verify=_tls_context(), limits=limits)
 
 
 # A dead agent refuses connections at once; a busy one (a thousand sandboxes' requests
@@ -65,20 +72,11 @@ def unix_transport(path: str, max_connections: int = 100) -> httpx.AsyncHTTPTran
 _CONNECT_S = 30.0
 
 
-def _limits(max_connections: int) -> httpx.Limits:
-    return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-
-
 def _pool(max_connections: int, uds: str | None = None) -> httpx.AsyncClient:
-    """A client whose transport is given its limits (httpx ignores a client's own limits
-    once a transport is passed) and the shared TLS context."""
-    transport = (
-        unix_transport(uds, max_connections)
-        if uds
-        else httpx.AsyncHTTPTransport(verify=_tls_context(), limits=_limits(max_connections))
-    )
     return httpx.AsyncClient(
-        transport=transport, timeout=httpx.Timeout(30.0, connect=_CONNECT_S), trust_env=False
+        transport=_transport(uds, max_connections),
+        timeout=httpx.Timeout(30.0, connect=_CONNECT_S),
+        trust_env=False,
     )
 
 

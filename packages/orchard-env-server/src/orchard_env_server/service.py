@@ -101,12 +101,7 @@ class SandboxService:
 
     async def _check_now(self, record: SandboxRecord) -> None:
         try:
-            if record.status != "ready":
-                return
-            dead = await self.backend.check(record)
-            if dead and record.status == "ready":
-                log.warning("sandbox %s died: %s", record.sandbox_id, dead)
-                await self._destroy(record, "failed", dead)
+            await self._fail_if_dead(record)
         except Exception:
             log.exception("checking sandbox %s failed", record.sandbox_id)
         finally:
@@ -285,11 +280,17 @@ class SandboxService:
                 await self._destroy(record, "terminated", reason)
                 await self._forget(record)
                 continue
-            if record.status == "ready" and check_health:
-                dead = await self.backend.check(record)
-                if dead:
-                    log.warning("sandbox %s died: %s", record.sandbox_id, dead)
-                    await self._destroy(record, "failed", dead)
+            if check_health:
+                await self._fail_if_dead(record)
+
+    async def _fail_if_dead(self, record: SandboxRecord) -> None:
+        """Ask the backend whether a ready sandbox still lives; a dead one turns ``failed``."""
+        if record.status != "ready":
+            return
+        dead = await self.backend.check(record)
+        if dead and record.status == "ready":
+            log.warning("sandbox %s died: %s", record.sandbox_id, dead)
+            await self._destroy(record, "failed", dead)
 
     async def _forget(self, record: SandboxRecord) -> None:
         with contextlib.suppress(ApiError):

@@ -157,10 +157,3 @@ class Cgroups:
             with contextlib.suppress(OSError):
                 found |= {p.name for p in parent.iterdir() if p.is_dir()}
         return sorted(found - known)
-
-    def pids(self, sandbox_id: str) -> list[int]:
-        """The processes in the sandbox's cgroup (for tests and diagnostics)."""
-        for d in self._dirs(sandbox_id):
-            with contextlib.suppress(OSError):
-                return [int(x) for x in (d / "cgroup.procs").read_text().split()]
-        return []

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
@@ -143,10 +142,6 @@ def latency_table(title: str, rows: list[tuple[str, dict[str, float]]], digits: 
             name, *(f"{r[k]:.{digits}f}" for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms"))
         )
     return table
-
-
-def console() -> Console:
-    return Console()
 
 
 def pyplot() -> Any:

@@ -28,7 +28,6 @@ from orchard_env_client import AsyncSandbox, AsyncSandboxClient
 
 from .common import (
     OwnServer,
-    console,
     default_image,
     local_agent_pid,
     machine_facts,
@@ -258,7 +257,7 @@ def bench_concurrency(
 
 def print_concurrency(results: dict[str, Any], out: Console | None = None) -> None:
     """The rich table of a ``bench_concurrency`` result."""
-    out = out or console()
+    out = out or Console()
     mib = 1 << 20
     table = Table(title=f"{results['sandboxes']} sandboxes x {results['commands_per_sandbox']} "
                         f"commands on {results['backend']} ({results['image']}), "

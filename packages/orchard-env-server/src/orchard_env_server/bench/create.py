@@ -14,7 +14,6 @@ from orchard_env_client import SandboxClient
 
 from .common import (
     OwnServer,
-    console,
     default_image,
     latency_table,
     machine_facts,
@@ -64,7 +63,7 @@ def bench_create(
 
 def print_create(results: dict[str, Any], out: Console | None = None) -> None:
     """The rich table of a ``bench_create`` result."""
-    out = out or console()
+    out = out or Console()
     rows = [("orchard create → first command", results["orchard"])]
     if "baseline" in results:
         rows.append((results["baseline_name"], results["baseline"]))

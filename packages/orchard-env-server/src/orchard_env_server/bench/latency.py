@@ -22,7 +22,7 @@ from rich.console import Console
 
 from orchard_env_client import Sandbox, SandboxClient
 
-from .common import OwnServer, console, default_image, latency_table, machine_facts, pyplot
+from .common import OwnServer, default_image, latency_table, machine_facts, pyplot
 from .common import time_calls as _time
 
 FILE_SIZES = (1 << 20, 100 << 20)
@@ -159,7 +159,7 @@ def _direct_agent(
 
 def print_latency(results: dict[str, Any], out: Console | None = None) -> None:
     """The rich tables of a ``bench_latency`` result."""
-    out = out or console()
+    out = out or Console()
     rows = [("orchard (client → server → agent)", results["orchard"])]
     if "agent_direct" in results:
         rows.append(("agent direct (no orchestrator)", results["agent_direct"]))

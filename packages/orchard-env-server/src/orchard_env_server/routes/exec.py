@@ -34,8 +34,8 @@ def _exec_body(body: ExecRequest, job_id: str) -> dict[str, Any]:
     return {**body.model_dump(exclude_none=True), "job_id": job_id}
 
 
-def _lost_reason(exc: ApiError) -> str:
-    return f"the sandbox's agent went away while the job ran ({exc.detail})"
+def _lost_reason(why: str) -> str:
+    return f"the sandbox's agent went away while the job ran ({why})"
 
 
 @router.post("/sandboxes/{sandbox_id}/exec", response_model=JobInfo | JobQueued)
@@ -59,7 +59,7 @@ async def exec_command(
                 )  # fmt: skip
         except AgentUnreachable as exc:
             svc.agent_gone(record)
-            lost = svc.jobs.lost(job_id, _lost_reason(exc), tenant)
+            lost = svc.jobs.lost(job_id, _lost_reason(exc.detail), tenant)
             if not body.wait or lost is None:
                 raise
             return JSONResponse(lost)
@@ -101,8 +101,7 @@ async def exec_stream(
                     yield chunk
         except httpx.TransportError as exc:
             svc.agent_gone(record)
-            reason = f"the sandbox's agent went away while the job ran ({exc!r})"
-            lost = svc.jobs.lost(job_id, reason, tenant)
+            lost = svc.jobs.lost(job_id, _lost_reason(repr(exc)), tenant)
             if lost is not None:
                 yield (b"\n" if tail not in (b"", b"\n") else b"") + (
                     json.dumps({"type": "exit", **lost}) + "\n"
@@ -147,7 +146,7 @@ async def _job_call(svc: SandboxService, ag: AgentClient, tenant: str, method: s
         return svc.jobs.observe(answer)
     except AgentUnreachable as exc:
         svc.agent_gone(record)
-        lost = svc.jobs.lost(job_id, _lost_reason(exc), tenant)
+        lost = svc.jobs.lost(job_id, _lost_reason(exc.detail), tenant)
         if lost is None:
             raise
         return lost
