@@ -42,13 +42,16 @@ __all__ = [
     "GGUF_FILE",
     "LLM_REQUIREMENTS",
     "TORCH_WHEEL",
+    "TRAIN_REQUIREMENTS",
     "LLMVenvError",
     "TinyLLMServer",
     "ensure_llm_venv",
+    "ensure_train_venv",
     "server_script",
     "smollm2_gguf",
     "venv_key",
     "venv_root",
+    "workspace_pythonpath",
 ]
 
 DEFAULT_VENV_ROOT = Path("/var/tmp/orchard-llm-venv")
@@ -108,6 +111,27 @@ LLM_REQUIREMENTS: tuple[str, ...] = (
     "typing-inspection==0.4.5",
     "typing_extensions==4.16.0",
     "urllib3==2.8.0",
+    MODEL_REQUIREMENT,
+)
+
+# The training venv (TRL's SFT and GRPO trainers, run on the CPU): the tiny-LLM venv plus
+# TRL and datasets, and the few pure-python packages that let the trainer import
+# `orchard_env_client` and the pure parts of `orchard_swe` from source (see
+# `workspace_pythonpath`), so rewards come from real sandboxes inside the trainer.
+TRAIN_REQUIREMENTS: tuple[str, ...] = (
+    *(r for r in LLM_REQUIREMENTS if r != MODEL_REQUIREMENT),
+    "trl==1.16.0",
+    "datasets==5.2.0",
+    "dill==0.4.1",
+    "multiprocess==0.70.19",
+    "pandas==3.1.1",
+    "pyarrow==26.0.1",
+    "python-dateutil==4.0.0",
+    "tzdata==2026.6",
+    "xxhash==4.1.0",
+    "httpx==0.29.0",
+    "httpcore==1.0.9",
+    "attrs==26.1.0",
     MODEL_REQUIREMENT,
 )
 
@@ -272,6 +296,24 @@ def ensure_llm_venv(requirements: Sequence[str] = LLM_REQUIREMENTS) -> Path:
         _log(f"building the tiny-LLM venv at {target} (key of {len(requirements)} pins)")
         _build(target, requirements)
     return _venv_python(target)
+
+
+def ensure_train_venv() -> Path:
+    """Return the python of the training venv (TRL + datasets on CPU torch), built if needed.
+
+    Run trainer scripts with it and `PYTHONPATH=workspace_pythonpath()` so they can import
+    `orchard_env_client` and the torch-free parts of `orchard_swe` from this checkout.
+    """
+    return ensure_llm_venv(TRAIN_REQUIREMENTS)
+
+
+def workspace_pythonpath() -> str:
+    """A PYTHONPATH with the source roots of `orchard_swe` and `orchard_env_client`."""
+    import orchard_env_client
+    import orchard_swe
+
+    roots = [Path(mod.__file__).resolve().parent.parent for mod in (orchard_swe, orchard_env_client)]  # type: ignore[arg-type]  # fmt: skip
+    return os.pathsep.join(dict.fromkeys(str(root) for root in roots))
 
 
 def _pip_python() -> str:
