@@ -1,13 +1,19 @@
-"""Pooled HTTP connections from the orchestrator to sandbox agents."""
+"""Pooled HTTP connections from the orchestrator to sandbox agents.
+
+Every exec, job and file call crosses this hop, so it runs on aiohttp: its C parser and
+plain asyncio streams cost ~0.3 ms of CPU per request where httpx (pure-Python httpcore
+over anyio) cost ~1.3 ms (measured in docs/performance.md).
+"""
 
 from __future__ import annotations
 
-import functools
-import ssl
-from collections.abc import AsyncIterator
+import json as jsonlib
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import httpx
+import aiohttp
+import attrs
+import yarl
 
 from .errors import ApiError, backend_unavailable
 from .records import AgentEndpoint
@@ -25,6 +31,13 @@ _HOP_BY_HOP = {
     "host",
 }
 
+# A dead agent refuses connections at once; a busy one (a thousand sandboxes' requests
+# arriving together) may take seconds to accept: give it time rather than fail the command.
+_CONNECT_S = 30.0
+# Headers of a service behind a forwarded port may be long (cookies, tokens).
+_MAX_HEADER_BYTES = 65536
+Query = Mapping[str, Any] | list[tuple[str, Any]] | None
+
 
 class AgentUnreachable(ApiError):
     """The agent did not answer: the sandbox is probably gone."""
@@ -33,12 +46,45 @@ class AgentUnreachable(ApiError):
         super().__init__(502, "agent_unreachable", detail)
 
 
-def forwardable_headers(headers: httpx.Headers | Any) -> dict[str, str]:
+def forwardable_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """Response headers worth passing back to a client."""
     return {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
 
 
-async def stream_body(response: httpx.Response) -> AsyncIterator[bytes]:
+@attrs.define
+class AgentStream:
+    """An agent answer whose body is still to be read; ``aclose()`` it when done."""
+
+    status_code: int
+    headers: Mapping[str, str]
+    _response: aiohttp.ClientResponse
+    _body: bytes | None = None
+
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
+        """The body as it arrives, undecoded; a broken connection is AgentUnreachable."""
+        try:
+            async for chunk in self._response.content.iter_any():
+                yield chunk
+        except aiohttp.ClientError as exc:
+            raise AgentUnreachable(f"sandbox agent went away mid-answer: {exc!r}") from exc
+
+    async def aread(self) -> bytes:
+        """The whole body (read once)."""
+        if self._body is None:
+            self._body = b"".join([chunk async for chunk in self.aiter_raw()])
+        return self._body
+
+    def json(self) -> Any:
+        """The body, read with ``aread()`` first, as JSON."""
+        assert self._body is not None, "aread() first"
+        return jsonlib.loads(self._body)
+
+    async def aclose(self) -> None:
+        """Give the connection back (or drop it when the body was not read to the end)."""
+        self._response.release()
+
+
+async def stream_body(response: AgentStream) -> AsyncIterator[bytes]:
     """Relay a streamed agent answer chunk by chunk, closing it however the relay ends."""
     try:
         async for chunk in response.aiter_raw():
@@ -47,36 +93,21 @@ async def stream_body(response: httpx.Response) -> AsyncIterator[bytes]:
         await response.aclose()
 
 
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    return ssl.create_default_context()
-
-
-def unix_transport(path: str, max_connections: int = 100) -> httpx.AsyncHTTPTransport:
-    """A transport over one unix socket (see ``_transport``)."""
-    return _transport(path, max_connections)
-
-
-def _transport(uds: str | None, max_connections: int) -> httpx.AsyncHTTPTransport:
-    """Over TCP, or a unix socket. No TLS is spoken to agents, but httpx builds a TLS
-    context per transport (CA certificates loaded: ~20 ms of CPU each); share one. The
-    limits go on the transport: httpx ignores a client's own once a transport is given."""
-    limits = httpx.Limits(
-        max_connections=max_connections, max_keepalive_connections=max_connections
-    )
-    return httpx.AsyncHTTPTransport(uds=uds, verify=_tls_context(), limits=limits)
-
-
-# A dead agent refuses connections at once; a busy one (a thousand sandboxes' requests
-# arriving together) may take seconds to accept: give it time rather than fail the command.
-_CONNECT_S = 30.0
-
-
-def _pool(max_connections: int, uds: str | None = None) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        transport=_transport(uds, max_connections),
-        timeout=httpx.Timeout(30.0, connect=_CONNECT_S),
-        trust_env=False,
+def _session(per_sandbox: int, uds: str | None) -> aiohttp.ClientSession:
+    connector: aiohttp.BaseConnector
+    if uds:
+        connector = aiohttp.UnixConnector(path=uds, limit=per_sandbox)
+    else:
+        connector = aiohttp.TCPConnector(limit=per_sandbox, use_dns_cache=False)
+    return aiohttp.ClientSession(
+        connector=connector,
+        # Forwarded ports pass bytes and headers through untouched: no cookie memory
+        # shared between requests, no decompression, no headers the caller did not send.
+        cookie_jar=aiohttp.DummyCookieJar(),
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent", "Accept-Encoding"),
+        max_line_size=_MAX_HEADER_BYTES,
+        max_field_size=_MAX_HEADER_BYTES,
     )
 
 
@@ -84,50 +115,72 @@ def _pool_key(endpoint: AgentEndpoint) -> str:
     return endpoint.uds or f"{endpoint.base_url}#{endpoint.sandbox_header or ''}"
 
 
+def _query(params: Query) -> list[tuple[str, str]] | None:
+    """Query parameters as strings, booleans spelled as JSON does (``true``)."""
+    if params is None:
+        return None
+    items = params.items() if isinstance(params, Mapping) else params
+    return [(k, ("true" if v else "false") if isinstance(v, bool) else str(v)) for k, v in items]
+
+
+def _timeout(seconds: float | None) -> aiohttp.ClientTimeout:
+    # `seconds` bounds each wait for the agent's bytes, as a read timeout: a long command
+    # streaming output is not cut off. Waiting for a free pooled connection is not bounded
+    # here: the service's own in-flight limit (`svc.slot()`) bounds the queue.
+    return aiohttp.ClientTimeout(total=None, sock_connect=_CONNECT_S, sock_read=seconds)
+
+
+def _decode_error(status: int, reason: str | None, body: bytes) -> ApiError:
+    try:
+        data = jsonlib.loads(body)
+        detail, code = str(data["detail"]), str(data.get("code", "agent_error"))
+    except Exception:
+        detail, code = body[:500].decode(errors="replace") or (reason or ""), "agent_error"
+    if status == 401:
+        # The orchestrator holds the token; a 401 means the agent is not ours any more.
+        return backend_unavailable(f"sandbox agent rejected the orchestrator: {detail}")
+    return ApiError(status, code, detail)
+
+
+def _transport_error(exc: BaseException) -> ApiError:
+    if isinstance(exc, TimeoutError):  # aiohttp's timeouts subclass it
+        return ApiError(504, "agent_timeout", f"sandbox agent did not answer in time: {exc!r}")
+    return AgentUnreachable(f"sandbox agent unreachable: {exc!r}")
+
+
 class AgentClient:
     """Keep-alive connections to sandbox agents: one small pool per sandbox.
 
-    One pool per sandbox, not one shared pool: httpcore's pool scans every connection and
-    queued request each time a request starts or ends, so one pool carrying a thousand
-    sandboxes' traffic costs milliseconds of CPU per request; a sandbox's own pool holds
-    the few connections of its own concurrent requests.
+    One pool per sandbox, not one shared pool: a sandbox's own pool holds the few
+    connections of its own concurrent requests, and closing it when the sandbox goes
+    drops exactly its connections.
     """
 
-    def __init__(self, per_sandbox: int = 64) -> None:
+    def __init__(self, per_sandbox: int = 0) -> None:
+        """``per_sandbox`` caps each sandbox's connections (0: no cap; long streams then
+        never starve short calls, and the service's in-flight limit still applies)."""
         self._per_sandbox = per_sandbox
-        self._pools: dict[str, httpx.AsyncClient] = {}
+        self._pools: dict[str, aiohttp.ClientSession] = {}
 
-    def _http_for(self, endpoint: AgentEndpoint) -> httpx.AsyncClient:
+    def _http_for(self, endpoint: AgentEndpoint) -> aiohttp.ClientSession:
         key = _pool_key(endpoint)
-        client = self._pools.get(key)
-        if client is None:
-            client = self._pools[key] = _pool(self._per_sandbox, endpoint.uds)
-        return client
+        session = self._pools.get(key)
+        if session is None:
+            session = self._pools[key] = _session(self._per_sandbox, endpoint.uds)
+        return session
 
     async def forget(self, endpoint: AgentEndpoint | None) -> None:
         """Close the connections of a sandbox that is gone."""
         if endpoint is not None:
-            client = self._pools.pop(_pool_key(endpoint), None)
-            if client is not None:
-                await client.aclose()
+            session = self._pools.pop(_pool_key(endpoint), None)
+            if session is not None:
+                await session.close()
 
     async def aclose(self) -> None:
-        for client in self._pools.values():
-            await client.aclose()
-        self._pools.clear()
-
-    def _raise_for(self, response: httpx.Response) -> None:
-        if response.status_code < 400:
-            return
-        try:
-            body = response.json()
-            detail, code = str(body["detail"]), str(body.get("code", "agent_error"))
-        except Exception:
-            detail, code = response.text[:500] or response.reason_phrase, "agent_error"
-        if response.status_code == 401:
-            # The orchestrator holds the token; a 401 means the agent is not ours any more.
-            raise backend_unavailable(f"sandbox agent rejected the orchestrator: {detail}")
-        raise ApiError(response.status_code, code, detail)
+        """Close every pool."""
+        pools, self._pools = list(self._pools.values()), {}
+        for session in pools:
+            await session.close()
 
     async def request(
         self,
@@ -136,7 +189,7 @@ class AgentClient:
         path: str,
         *,
         json: Any = None,
-        params: dict[str, Any] | list[tuple[str, Any]] | None = None,
+        params: Query = None,
         timeout: float | None = 30.0,
         request_id: str | None = None,
     ) -> Any:
@@ -145,22 +198,21 @@ class AgentClient:
         if request_id:
             headers["X-Request-ID"] = request_id
         try:
-            response = await self._http_for(endpoint).request(
+            async with self._http_for(endpoint).request(
                 method,
-                endpoint.base_url + path,
+                yarl.URL(endpoint.base_url + path, encoded=True),
                 json=json,
-                params=params,
+                params=_query(params),
                 headers=headers,
-                timeout=httpx.Timeout(timeout, connect=_CONNECT_S),
-            )
-        except httpx.TimeoutException as exc:
-            raise ApiError(
-                504, "agent_timeout", f"sandbox agent did not answer in time: {exc!r}"
-            ) from exc
-        except httpx.TransportError as exc:
-            raise AgentUnreachable(f"sandbox agent unreachable: {exc!r}") from exc
-        self._raise_for(response)
-        return response.json()
+                timeout=_timeout(timeout),
+                allow_redirects=False,
+            ) as response:
+                body = await response.read()
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise _transport_error(exc) from exc
+        if response.status >= 400:
+            raise _decode_error(response.status, response.reason, body)
+        return jsonlib.loads(body)
 
     async def open_stream(
         self,
@@ -168,37 +220,40 @@ class AgentClient:
         method: str,
         path: str,
         *,
-        params: dict[str, Any] | list[tuple[str, Any]] | None = None,
+        params: Query = None,
         json: Any = None,
         content: AsyncIterator[bytes] | bytes | None = None,
         headers: dict[str, str] | None = None,
         timeout: float | None = None,
         passthrough_errors: bool = False,
-    ) -> httpx.Response:
+    ) -> AgentStream:
         """Start a request whose answer is streamed; the caller must ``aclose()`` it.
 
-        Agent errors become ApiError, except with ``passthrough_errors`` (forwarded ports),
-        where only the agent's own ``port_not_listening`` is raised and any other answer is
-        the sandboxed service's and passes through untouched.
+        ``path`` is sent as given (already percent-encoded). Agent errors become ApiError,
+        except with ``passthrough_errors`` (forwarded ports), where only the agent's own
+        ``port_not_listening`` is raised and any other answer is the sandboxed service's
+        and passes through untouched.
         """
         all_headers = {**(headers or {}), **endpoint.headers()}
-        http = self._http_for(endpoint)
-        request = http.build_request(
-            method,
-            endpoint.base_url + path,
-            params=params,
-            json=json,
-            content=content,
-            headers=all_headers,
-            timeout=httpx.Timeout(timeout, connect=_CONNECT_S),
-        )
         try:
-            response = await http.send(request, stream=True)
-        except httpx.TransportError as exc:
-            raise AgentUnreachable(f"sandbox agent unreachable: {exc!r}") from exc
-        forwarded = passthrough_errors and response.status_code != 502
-        if response.status_code >= 400 and not forwarded:
-            await response.aread()
-            await response.aclose()
-            self._raise_for(response)
-        return response
+            response = await self._http_for(endpoint).request(
+                method,
+                yarl.URL(endpoint.base_url + path, encoded=True),
+                params=_query(params),
+                json=json,
+                data=content,
+                headers=all_headers,
+                timeout=_timeout(timeout),
+                allow_redirects=False,
+            )
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise _transport_error(exc) from exc
+        stream = AgentStream(response.status, response.headers, response)
+        forwarded = passthrough_errors and response.status != 502
+        if response.status >= 400 and not forwarded:
+            try:
+                body = await stream.aread()
+            finally:
+                await stream.aclose()
+            raise _decode_error(response.status, response.reason, body)
+        return stream

@@ -23,9 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 
-from ..agent_client import unix_transport
 from ..records import AgentEndpoint, SandboxRecord, load_record, save_record
 from ..settings import Settings
 from .base import RESTART_LOSS, BackendError, BackendUnavailable, SandboxRegistry
@@ -181,8 +180,10 @@ class DockerBackend:
     async def wait_ready(self, record: SandboxRecord) -> None:
         container = record.backend_state["container_id"]
         assert record.agent is not None and record.agent.uds
-        transport = unix_transport(record.agent.uds)
-        async with httpx.AsyncClient(transport=transport, timeout=2.0) as http:
+        connector = aiohttp.UnixConnector(path=record.agent.uds)
+        async with aiohttp.ClientSession(
+            connector=connector, timeout=aiohttp.ClientTimeout(total=2.0)
+        ) as http:
             # The event stream reports a container that dies; inspecting is the fallback
             # for when the stream is down, so it can be rare.
             delay, next_inspect = 0.005, asyncio.get_running_loop().time() + _INSPECT_EVERY_S
@@ -190,9 +191,10 @@ class DockerBackend:
                 if container in self._dead:
                     raise BackendError(self._dead[container])
                 if os.path.exists(record.agent.uds):
-                    with contextlib.suppress(httpx.TransportError):
-                        if (await http.get("http://sandbox/health")).status_code == 200:
-                            return
+                    with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                        async with http.get("http://sandbox/health") as health:
+                            if health.status == 200:
+                                return
                 if asyncio.get_running_loop().time() >= next_inspect:
                     why = await self._why_stopped(container)
                     if why:

@@ -8,7 +8,6 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-import httpx
 import websockets
 from fastapi import APIRouter, Depends, Query, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -99,9 +98,9 @@ async def exec_stream(
                 async for chunk in stream_body(response):
                     tail = (tail + chunk)[-1:]
                     yield chunk
-        except httpx.TransportError as exc:
+        except AgentUnreachable as exc:
             svc.agent_gone(record)
-            lost = svc.jobs.lost(job_id, _lost_reason(repr(exc)), tenant)
+            lost = svc.jobs.lost(job_id, _lost_reason(exc.detail), tenant)
             if lost is not None:
                 yield (b"\n" if tail not in (b"", b"\n") else b"") + (
                     json.dumps({"type": "exit", **lost}) + "\n"
