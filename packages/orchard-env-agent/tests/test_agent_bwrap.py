@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import base64
-import json
 import os
 import shutil
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_harness import Agent, http_server_inside
+from agent_harness import Agent, http_server_inside, start_holder
 
 pytestmark = [
     pytest.mark.integration,
@@ -21,69 +18,12 @@ pytestmark = [
     ),
 ]
 
-SKIP = {"proc", "dev", "sys", "tmp", "workspace"}
-
-
-def _start_holder(ws: Path) -> tuple[subprocess.Popen[bytes], int]:
-    args = ["bwrap", "--tmpfs", "/"]
-    for entry in sorted(os.listdir("/")):
-        if entry in SKIP:
-            continue
-        path = f"/{entry}"
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    info = ws.parent / "bwrap-info.json"
-    fh = open(info, "wb")  # noqa: SIM115
-    w = fh.fileno()
-    args += [
-        "--bind",
-        str(ws),
-        "/workspace",
-        "--tmpfs",
-        "/tmp",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--unshare-all",
-        "--info-fd",
-        str(w),
-        "/bin/sh",
-        "-c",
-        "while sleep 86400; do :; done",
-    ]
-    proc = subprocess.Popen(args, pass_fds=(w,), stdin=subprocess.DEVNULL)
-    fh.close()
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            data = json.loads(info.read_text())
-            break
-        except ValueError:
-            assert time.monotonic() < deadline and proc.poll() is None, "bwrap did not start"
-            time.sleep(0.02)
-    pid = int(data["child-pid"])
-    # bwrap reports the pid before the child has built its mounts: wait until the child's
-    # /workspace is ours (it switches to the new root only after every mount).
-    want = os.stat(ws)
-    while True:
-        try:
-            got = os.stat(f"/proc/{pid}/root/workspace")
-            if (got.st_dev, got.st_ino) == (want.st_dev, want.st_ino):
-                return proc, pid
-        except OSError:
-            pass
-        assert time.monotonic() < deadline and proc.poll() is None, "bwrap did not set up"
-        time.sleep(0.005)
-
 
 @pytest.fixture
 def boxed(multi: Agent, tmp_path: Path) -> Iterator[Agent]:
     ws = tmp_path / "ws"
     ws.mkdir()
-    proc, holder = _start_holder(ws)
+    proc, holder = start_holder(ws)
     body = {
         "sandbox_id": "boxed",
         "token": "bt",

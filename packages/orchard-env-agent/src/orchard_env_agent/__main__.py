@@ -10,6 +10,7 @@ import sys
 
 import uvicorn
 
+from . import enter
 from .app import create_app
 from .config import Settings, parse_args
 from .oslimits import raise_open_file_limit
@@ -45,6 +46,8 @@ def _listen(settings: Settings) -> tuple[socket.socket, str]:
 def main(argv: list[str] | None = None) -> None:
     settings = parse_args(argv)
     raise_open_file_limit()
+    if settings.multi:
+        enter.helper()  # build it now (once per version) rather than on the first command
     sock, where = _listen(settings)
     config = uvicorn.Config(
         create_app(settings),

@@ -8,6 +8,7 @@ import shlex
 import subprocess
 import time
 
+from . import enter
 from .context import DEFAULT_PATH, SandboxContext
 from .jobs import Job
 from .process import ExitInfo, spawn
@@ -68,10 +69,16 @@ def start_job(
     argv = build_argv(ctx, command, login_shell)
     if not argv:
         return _fail(job, ctx, None, "empty command")
+    cgroup_procs: list[str] = ctx.cgroup_procs
     if ctx.holder_pid is not None:
         probe = f"/proc/{ctx.holder_pid}/root{workdir}"
         popen_cwd = None
-        argv = nsenter_prefix(ctx.holder_pid, workdir) + argv
+        helper = enter.helper()
+        if helper is not None:
+            argv = enter.enter_argv(helper, ctx.holder_pid, workdir, cgroup_procs, argv)
+            cgroup_procs = []  # the helper joins them
+        else:
+            argv = nsenter_prefix(ctx.holder_pid, workdir) + argv
     else:
         probe = workdir
         popen_cwd = workdir
@@ -86,7 +93,7 @@ def start_job(
             stdin=stdin.encode() if stdin else None,
             on_stdout=lambda b: job.feed("stdout", b),
             on_stderr=lambda b: job.feed("stderr", b),
-            cgroup_procs=ctx.cgroup_procs,
+            cgroup_procs=cgroup_procs,
         )
     except FileNotFoundError:
         return _fail(job, ctx, 127, f"{shlex.quote(argv[0])}: command not found")
