@@ -22,7 +22,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
 def test_latency_reports_the_three_paths_ratios_and_file_throughput(backend, capsys, tmp_path):
     plot = tmp_path / "latency.png"
     result = _run(capsys, "latency", "--runs", "5", "--file-runs", "1", "--plot", str(plot))
-    for path in ("orchard", "agent_direct", "baseline"):
+    for path in ("orchard", "orchard_http", "agent_direct", "baseline"):
         assert {"p50_ms", "p90_ms", "p99_ms"} <= set(result[path])  # type: ignore[arg-type]
     assert result["ratio_p50"] and result["orchestrator_overhead_p50_ms"] is not None
     files = result["files"]

@@ -23,13 +23,15 @@ from orchard_testing import (
 pytestmark = pytest.mark.integration
 
 
-def test_create_answers_a_ready_sandbox_object(server, image):
+def test_create_answers_a_sandbox_object_that_becomes_ready(server, image):
     body = {"image": image, "labels": {"a": "1"}}
     response = httpx.post(f"{server.url}/sandboxes", json=body, timeout=60)
     assert response.status_code == 201
     body = response.json()
-    if backend_is_slow(server):  # pods take seconds: the answer may still be pending
-        assert body["status"] in ("pending", "ready")
+    # The create call waits up to half a second for readiness: pods take longer, and so
+    # does a container on a loaded machine; then the answer is `pending`.
+    assert body["status"] in ("pending", "ready")
+    if body["status"] == "pending":
         waited = httpx.get(f"{server.url}/sandboxes/{body['sandbox_id']}/wait", timeout=90)
         body = waited.json()
     assert body["status"] == "ready" and body["labels"] == {"a": "1"}

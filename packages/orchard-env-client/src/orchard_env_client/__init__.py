@@ -10,7 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from . import models
 from ._client import AsyncSandboxClient
-from ._http import RetryPolicy
+from ._http import RetryPolicy, pooled_transport
 from ._sandbox import AsyncJob, AsyncSandbox
 from .errors import (
     AuthError,
@@ -74,4 +74,5 @@ __all__ = [
     "ValidationError",
     "__version__",
     "models",
+    "pooled_transport",
 ]

@@ -25,7 +25,9 @@ class AsyncSandboxClient:
     ``api_key`` to ``$ORCHARD_ENV_API_KEY`` (sent as ``X-API-Key``). ``timeout`` is the
     per-request HTTP timeout (long waits raise it as needed). Idempotent requests are
     retried ``max_retries`` times on 503 / connection errors. ``transport`` is handed to
-    httpx (tests pass an ``httpx.MockTransport``). Used as ``async with``, it deletes the
+    httpx (tests pass an ``httpx.MockTransport``); by default it is aiohttp's connection
+    pool when aiohttp is installed (``pip install orchard-env-client[fast]``; set
+    ``ORCHARD_ENV_CLIENT_TRANSPORT=httpx`` for httpx's own), else httpx's own. Used as ``async with``, it deletes the
     sandboxes it created on exit when ``auto_cleanup`` is true, then closes.
     """
 

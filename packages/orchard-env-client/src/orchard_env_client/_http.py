@@ -49,6 +49,24 @@ class RetryPolicy:
         return ceiling * random.uniform(0.5, 1.0)
 
 
+def default_transport(max_connections: int = 100) -> httpx.AsyncBaseTransport | None:
+    """aiohttp under httpx when it is installed (faster; see ``_aiohttp_transport``), else
+    None: httpx's own."""
+    try:
+        from ._aiohttp_transport import AiohttpTransport, wanted
+    except ImportError:
+        return None
+    return AiohttpTransport(limit=max_connections) if wanted() else None
+
+
+def pooled_transport(max_connections: int) -> httpx.AsyncBaseTransport:
+    """The SDK's default transport with a pool of at most ``max_connections`` (for
+    ``AsyncSandboxClient(transport=...)`` when one client should hold fewer or more)."""
+    limits = httpx.Limits(max_connections=max_connections,
+                          max_keepalive_connections=max_connections)  # fmt: skip
+    return default_transport(max_connections) or httpx.AsyncHTTPTransport(limits=limits)
+
+
 def new_request_id() -> str:
     """A fresh ``X-Request-ID`` value."""
     return uuid.uuid4().hex
@@ -73,7 +91,10 @@ class HttpCore:
         if self.api_key:
             headers["X-API-Key"] = self.api_key
         self._client = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
+            base_url=self.base_url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport if transport is not None else default_transport(),
         )
 
     async def aclose(self) -> None:

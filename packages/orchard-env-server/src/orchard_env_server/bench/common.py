@@ -61,6 +61,22 @@ def time_calls(label: str, runs: int, call: Callable[[], Any]) -> dict[str, floa
     return percentiles(samples)
 
 
+def time_interleaved(
+    label: str, runs: int, calls: dict[str, Callable[[], Any]]
+) -> dict[str, dict[str, float]]:
+    """Percentiles per call of ``runs`` rounds, each round calling every one in turn (so a
+    busy moment of the machine lands on all of them alike), after one warm-up round."""
+    for call in calls.values():
+        call()
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in track(range(runs), description=label, transient=True):
+        for name, call in calls.items():
+            started = time.perf_counter()
+            call()
+            samples[name].append(time.perf_counter() - started)
+    return {name: percentiles(values) for name, values in samples.items()}
+
+
 class OwnServer:
     """A throwaway orchestrator on a free loopback port, for benches not given ``--url``.
 

@@ -18,13 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from orchard_env_client import AsyncSandbox, AsyncSandboxClient
+from orchard_env_client import AsyncSandbox, AsyncSandboxClient, pooled_transport
 
 from .common import (
     OwnServer,
@@ -75,8 +74,7 @@ class MemorySampler:
 
 
 def _client(base_url: str, connections: int) -> AsyncSandboxClient:
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    transport = httpx.AsyncHTTPTransport(limits=limits)
+    transport = pooled_transport(connections)
     return AsyncSandboxClient(base_url, timeout=900, transport=transport, auto_cleanup=True)
 
 
