@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -250,3 +251,28 @@ class RunningServer:
 
     def kill(self) -> None:
         self.stop(signal.SIGKILL)
+
+
+class ThreadedApp:
+    """An ASGI app served by uvicorn on a thread of the test process (a scripted model,
+    a judge): ``with ThreadedApp(app, port):``."""
+
+    def __init__(self, app: object, port: int) -> None:
+        import uvicorn
+
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",  # type: ignore[arg-type]
+                                timeout_graceful_shutdown=1)  # fmt: skip
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> ThreadedApp:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the threaded app did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)

@@ -8,14 +8,11 @@ bookkeeping exactly and earns both rewards on the ``calc`` task; the real tiny m
 from __future__ import annotations
 
 import math
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import attrs
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -36,7 +33,7 @@ from orchard_swe.training.rollout import (
 )
 from orchard_swe.training.sft_data import ChatRenderer
 from orchard_swe.training.tokenizer import load_tokenizer
-from orchard_testing import RunningServer, free_port
+from orchard_testing import RunningServer, ThreadedApp, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -81,8 +78,7 @@ class ScriptedGenerate:
 
     script: list[Reply]
     requests: list[dict[str, Any]] = attrs.field(factory=list)
-    server: uvicorn.Server | None = None
-    thread: threading.Thread | None = None
+    served: ThreadedApp | None = None
     port: int = attrs.field(factory=free_port)
 
     async def _generate(self, request: Request) -> JSONResponse:
@@ -100,20 +96,12 @@ class ScriptedGenerate:
 
     def __enter__(self) -> ScriptedGenerate:
         app = Starlette(routes=[Route("/generate", self._generate, methods=["POST"])])
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the scripted server did not start"
-            time.sleep(0.02)
+        self.served = ThreadedApp(app, self.port).__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        assert self.server is not None and self.thread is not None
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
+        assert self.served is not None
+        self.served.__exit__()
 
 
 def _reply(tokenizer: Any, text: str, *, end: bool = True, split: bool = False) -> Reply:
