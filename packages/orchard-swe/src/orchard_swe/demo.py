@@ -10,17 +10,9 @@ empty 0%. Needs an Orchard Env service; if none answers at ``--url``, one is sta
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 from rich.console import Console
 from rich.table import Table
 
@@ -28,48 +20,11 @@ from orchard_env_client import AsyncSandboxClient
 
 from .distill import DistillConfig, Harness, distill
 from .model import ModelConfig
+from .own_service import service
 from .replay import ScriptedModelServer, empty_script, gold_script
 from .tasks import BUILTIN, load_tasks
 
 HARNESSES: tuple[Harness, ...] = ("tools", "mini")
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url.rstrip("/") + "/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-@contextlib.contextmanager
-def service(url: str, console: Console) -> Iterator[str]:
-    """The service at ``url``, or a temporary local one when nothing answers there."""
-    if _answers(url):
-        yield url
-        return
-    exe = shutil.which("orchard-env")
-    if exe is None:
-        raise RuntimeError(f"no Orchard Env service at {url}, and `orchard-env` is not installed")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with tempfile.TemporaryDirectory(prefix="orchard-swe-demo-") as state:
-        console.print(f"no service at {url}: starting `orchard-env serve` on port {port}")
-        proc = subprocess.Popen(
-            [exe, "serve", "--port", str(port), "--state-dir", f"{state}/s"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        own = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 60
-            while not _answers(own):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the demo's own orchard-env service did not start")
-                time.sleep(0.1)
-            yield own
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
 
 
 async def _run_all(

@@ -1,0 +1,75 @@
+"""An Orchard Env service for a command that was given none: ``orchard-env serve``, briefly.
+
+The recipe talks to the service only over REST (it depends on the client alone), so a
+throwaway service is the ``orchard-env`` command line in a subprocess, on a free loopback
+port and a temporary state directory, stopped (its sandboxes deleted) when the block ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+
+import httpx
+from rich.console import Console
+
+__all__ = ["answers", "default_image", "service", "started"]
+
+
+def answers(url: str) -> bool:
+    """Whether an Orchard Env service answers ``/health`` at ``url``."""
+    try:
+        return httpx.get(url.rstrip("/") + "/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def default_image(backend: str) -> str:
+    """The image the recipe's commands use on ``backend`` when none is given."""
+    return "host" if backend == "local" else "orchard-test/debian"
+
+
+@contextlib.contextmanager
+def started(backend: str = "local", console: Console | None = None) -> Iterator[str]:
+    """A new ``orchard-env serve --backend BACKEND`` for the block; yields its URL."""
+    exe = shutil.which("orchard-env")
+    if exe is None:
+        raise RuntimeError("no Orchard Env service given, and `orchard-env` is not installed")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory(prefix="orchard-swe-service-") as state:
+        if console is not None:
+            console.print(f"starting `orchard-env serve --backend {backend}` on port {port}")
+        proc = subprocess.Popen(
+            [exe, "serve", "--backend", backend, "--port", str(port), "--state-dir", f"{state}/s"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        own = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while not answers(own):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the orchard-env service on port {port} did not start")
+                time.sleep(0.1)
+            yield own
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+
+
+@contextlib.contextmanager
+def service(url: str, console: Console | None = None, backend: str = "local") -> Iterator[str]:
+    """The service at ``url``, or a temporary one on ``backend`` when nothing answers there."""
+    if answers(url):
+        yield url
+        return
+    if console is not None:
+        console.print(f"no service at {url}")
+    with started(backend, console) as own:
+        yield own
