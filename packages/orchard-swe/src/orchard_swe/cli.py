@@ -20,6 +20,11 @@ from .grading import STATUSES, GradeResult, grade
 from .model import ModelConfig
 from .tasks import BUILTIN, Task, TaskLoadError, load_tasks
 from .training.barsim_cli import add_arguments as bar_sim_arguments
+from .training.credit_cli import add_arguments as credit_sft_arguments
+from .training.grpo_train import add_arguments as train_grpo_arguments
+from .training.sft_train import add_proof_data_arguments
+from .training.sft_train import add_train_arguments as train_sft_arguments
+from .training.value_model import add_arguments as train_value_arguments
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -69,6 +74,22 @@ def _parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("bar-sim", help="simulate BAR vs fixed-n GRPO vs DAPO dynamic sampling")
     bar_sim_arguments(sim)
+
+    credit = sub.add_parser("credit-sft", help="trajectories -> credit-assignment SFT samples")
+    credit_sft_arguments(credit)
+
+    grpo = sub.add_parser("train-grpo", help="GRPO steps (TRL, CPU): BAR groups, sandbox rewards")
+    train_grpo_arguments(grpo)
+
+    train_sft = sub.add_parser("train-sft", help="a few SFT steps on CPU with TRL")
+    train_sft_arguments(train_sft)
+
+    proof = sub.add_parser("sft-proof-data", help="credit SFT data from built-in tasks")
+    add_proof_data_arguments(proof)
+    _service_args(proof)
+
+    value = sub.add_parser("train-value", help="train a value model V(prefix)")
+    train_value_arguments(value)
 
     sft = sub.add_parser("sft-data", help="trajectories / credit samples -> tokenized SFT data")
     sft.add_argument("--trajectories", type=Path, required=True,
@@ -179,10 +200,30 @@ def main(argv: list[str] | None = None) -> int:
             from .demo import run_demo
 
             return run_demo(args.url, args.api_key, args.out, args.concurrency, args.image, console)
+        if args.command == "credit-sft":
+            from .training.credit_cli import run as run_credit_sft
+
+            return run_credit_sft(args, console)
         if args.command == "bar-sim":
             from .training.barsim_cli import run as run_bar_sim
 
             return run_bar_sim(args, console)
+        if args.command == "train-grpo":
+            from .training.grpo_train import run as run_train_grpo
+
+            return run_train_grpo(args, console)
+        if args.command == "train-sft":
+            from .training.sft_train import run_train as run_train_sft
+
+            return run_train_sft(args)
+        if args.command == "sft-proof-data":
+            from .training.sft_train import run_proof_data
+
+            return run_proof_data(args, console)
+        if args.command == "train-value":
+            from .training.value_model import run as run_train_value
+
+            return run_train_value(args)
         if args.command == "sft-data":
             from .training.sft_data import SftConfig, build_sft_data, read_samples, write_records
             from .training.tokenizer import load_tokenizer
