@@ -186,7 +186,7 @@ def print_latency(results: dict[str, Any], out: Console | None = None) -> None:
     rows = [("orchard (SDK → server → agent)", results["orchard"])]
     if "agent_direct" in results:
         rows.append(("orchard (plain HTTP → server → agent)", results["orchard_http"]))
-        rows.append(("agent direct (plain HTTP, no orchestrator)", results["agent_direct"]))
+        rows.append(("agent direct (plain HTTP)", results["agent_direct"]))
     rows.append((results["baseline_name"], results["baseline"]))
     title = (
         f"exec round trip of {results['command']!r} on {results['backend']}, {results['runs']} runs"
