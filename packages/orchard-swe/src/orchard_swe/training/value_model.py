@@ -221,6 +221,8 @@ class ValueModelEstimator:
         if self._proc is not None and self._proc.returncode is None:
             return self._proc
         python = await asyncio.to_thread(ensure_train_venv)
+        if self._log is not None:  # a previous worker's
+            self._log.close()
         # the worker's stderr, kept for error messages; closed by aclose()
         self._log = tempfile.TemporaryFile(mode="w+", prefix="orchard-value-serve-")  # noqa: SIM115
         self._proc = await asyncio.create_subprocess_exec(
@@ -284,13 +286,12 @@ class ValueModelEstimator:
                 batch, self._queue = self._queue[: self.batch_size], self._queue[self.batch_size :]
                 try:
                     results = await self._request([seq for seq, _ in batch])
+                except asyncio.CancelledError:  # ours was cancelled: the others wait again
+                    self._queue[:0] = [p for p in batch if p[1] is not future and not p[1].done()]
+                    raise
                 except BaseException as exc:  # the others in this batch fail with it
                     for _, f in batch:
-                        if f is future or f.done():
-                            continue
-                        if isinstance(exc, asyncio.CancelledError):
-                            f.cancel()
-                        else:
+                        if f is not future and not f.done():
                             f.set_exception(exc)
                     raise
                 for (_, f), result in zip(batch, results, strict=True):

@@ -20,8 +20,8 @@ the hidden states at the ends of all its prefixes (the workspace side,
 trajectory's outcome 1/0, applies to every prefix). Each step takes ``--batch-size``
 trajectories (seeded sampling) and minimises the mean BCE over their prefixes with AdamW.
 With ``--freeze-backbone`` (the default for ``smollm2``) the backbone runs once, without
-gradient, and only the head trains on the cached features. Writes ``OUT/value_model.json``,
-``OUT/value_head.pt``, the backbone (``OUT/backbone/``, unless it is frozen SmolLM2, which is
+gradient, and only the head trains, on the cached features, standardised (``ValueHead``).
+Writes ``OUT/value_model.json``, ``OUT/value_head.pt``, the backbone (``OUT/backbone/``, unless it is frozen SmolLM2, which is
 re-read from its GGUF) and ``OUT/report.json``; progress as JSON-line events on stdout.
 
 ``serve``: prints ``{"event": "ready", ...}``, then answers each stdin line
