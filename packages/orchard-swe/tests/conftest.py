@@ -29,6 +29,16 @@ def server(
     srv.stop()
 
 
+@pytest.fixture(scope="session")
+def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """One local-backend service, for tests whose subject does not depend on the backend
+    (the server fixture above runs them on every backend)."""
+    srv = RunningServer(backend="local", state_dir=tmp_path_factory.mktemp("swe-local") / "s")
+    srv.start()
+    yield srv
+    srv.stop()
+
+
 @pytest.fixture
 async def client(server: RunningServer) -> AsyncIterator[AsyncSandboxClient]:
     async with AsyncSandboxClient(base_url=server.url) as c:

@@ -26,6 +26,13 @@ from orchard_testing import RunningServer, ThreadedApp, free_port
 TASK_ID = "toolz__toolz-1"
 
 
+@pytest.fixture
+def server(local_server: RunningServer) -> RunningServer:
+    """Local only: the estimator's logic is the same on every backend (distill and grading,
+    which it uses, are tested on all three)."""
+    return local_server
+
+
 def _trajectory(instance_id: str, turns: int, verify: str = "unresolved") -> Trajectory:
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "You fix bugs."},
                                   {"role": "user", "content": f"Fix {instance_id}."}]  # fmt: skip

@@ -48,10 +48,17 @@ from orchard_swe.training.estimators import (
     terminal_value,
 )
 from orchard_swe.trajectory import Trajectory, TrajectoryMetadata
-from orchard_testing import ThreadedApp, free_port
+from orchard_testing import RunningServer, ThreadedApp, free_port
 
 TASK_ID = "toolz__toolz-1"
 APPLIED_AT = 3  # prefix 3 (after look, write, apply) holds the fix; prefix 4 has reverted it
+
+
+@pytest.fixture
+def server(local_server: RunningServer) -> RunningServer:
+    """Local only: the estimator's logic is the same on every backend (distill and grading,
+    which it uses, are tested on all three)."""
+    return local_server
 
 
 @pytest.fixture(scope="module")
