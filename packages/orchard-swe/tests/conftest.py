@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from orchard_env_client import AsyncSandboxClient
-from orchard_swe.llm_venv import TORCH_WHEEL, LLMVenvError, TinyLLMServer
+from orchard_swe.llm_venv import TORCH_WHEEL, LLMVenvError, TinyLLMServer, ensure_train_venv
 from orchard_swe.tasks import InstallConfig, Task
+from orchard_swe.training.sft_train import make_proof_data
 from orchard_testing import RunningServer, require_backend, selected_backends
 
 
@@ -111,3 +112,30 @@ def tiny_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.base_url
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def train_venv() -> Path:
+    """The training venv (CPU torch, TRL); skips only where the torch wheel is missing."""
+    if not TORCH_WHEEL.is_file():
+        pytest.skip(f"no CPU torch wheel at {TORCH_WHEEL} on this machine")
+    try:
+        return ensure_train_venv()
+    except LLMVenvError as exc:
+        pytest.fail(f"cannot build the training venv: {exc}")
+
+
+PROOF_IDS = ["inflection__inflection-1", "toolz__toolz-1"]
+
+
+@pytest.fixture(scope="session")
+def proof_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The SFT proof's data for two built-in tasks, tools harness (made once)."""
+    out = tmp_path_factory.getbasetemp() / "sft-proof-data"
+    server = RunningServer(backend="local", state_dir=tmp_path_factory.mktemp("proof-state") / "s")
+    server.start()
+    try:
+        make_proof_data(out, url=server.url, ids=PROOF_IDS, harnesses=["tools"])
+    finally:
+        server.stop()
+    return out

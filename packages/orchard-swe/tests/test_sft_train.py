@@ -10,45 +10,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from orchard_swe.cli import main as cli_main
-from orchard_swe.llm_venv import TORCH_WHEEL, LLMVenvError, ensure_train_venv
 from orchard_swe.training.credit import CreditConfig, rise_segments
 from orchard_swe.training.sft_data import IGNORE_INDEX
-from orchard_swe.training.sft_train import half_fix_curve, make_proof_data, parse_event
-from orchard_testing import RunningServer
+from orchard_swe.training.sft_train import half_fix_curve, parse_event
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
-
-PROOF_IDS = ["inflection__inflection-1", "toolz__toolz-1"]
-
-
-@pytest.fixture(scope="module")
-def train_venv() -> Path:
-    if not TORCH_WHEEL.is_file():
-        pytest.skip(f"no CPU torch wheel at {TORCH_WHEEL} on this machine")
-    try:
-        return ensure_train_venv()
-    except LLMVenvError as exc:
-        pytest.fail(f"cannot build the training venv: {exc}")
-
-
-@pytest.fixture(scope="module")
-def proof_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The proof's data for two built-in tasks, tools harness (shared with test_value_model:
-    a rerun into the same directory reuses the finished episodes)."""
-    out = tmp_path_factory.getbasetemp() / "sft-proof-data"
-    server = RunningServer(backend="local", state_dir=tmp_path_factory.mktemp("proof-state") / "s")
-    server.start()
-    try:
-        make_proof_data(out, url=server.url, ids=PROOF_IDS, harnesses=["tools"])
-    finally:
-        server.stop()
-    yield out
 
 
 def test_the_half_fix_curve_trains_the_write_only() -> None:

@@ -10,17 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from orchard_swe.cli import main as cli_main
-from orchard_swe.llm_venv import TORCH_WHEEL, LLMVenvError, ensure_train_venv
 from orchard_swe.training.credit import CreditConfig, assistant_positions, credit_samples
 from orchard_swe.training.sft_data import ChatRenderer
-from orchard_swe.training.sft_train import make_proof_data
 from orchard_swe.training.tokenizer import load_tokenizer
 from orchard_swe.training.value_model import (
     ValueModelEstimator,
@@ -28,9 +25,7 @@ from orchard_swe.training.value_model import (
     read_trajectories,
 )
 from orchard_swe.trajectory import Trajectory, TrajectoryMetadata
-from orchard_testing import RunningServer
 
-PROOF_IDS = ["inflection__inflection-1", "toolz__toolz-1"]
 BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
 
 
@@ -74,29 +69,6 @@ def test_each_prefix_ends_where_its_render_ends(renderer: ChatRenderer) -> None:
         assert text.endswith("<|im_start|>assistant\n")
     no_turns = Trajectory(metadata=meta, messages=messages[:1])
     assert len(prefix_sequence(no_turns, renderer).positions) == 1
-
-
-@pytest.fixture(scope="module")
-def train_venv() -> Path:
-    if not TORCH_WHEEL.is_file():
-        pytest.skip(f"no CPU torch wheel at {TORCH_WHEEL} on this machine")
-    try:
-        return ensure_train_venv()
-    except LLMVenvError as exc:
-        pytest.fail(f"cannot build the training venv: {exc}")
-
-
-@pytest.fixture(scope="module")
-def proof_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """As in test_sft_train (same directory: a second run reuses the finished episodes)."""
-    out = tmp_path_factory.getbasetemp() / "sft-proof-data"
-    server = RunningServer(backend="local", state_dir=tmp_path_factory.mktemp("proof-state") / "s")
-    server.start()
-    try:
-        make_proof_data(out, url=server.url, ids=PROOF_IDS, harnesses=["tools"])
-    finally:
-        server.stop()
-    yield out
 
 
 @pytest.mark.integration
