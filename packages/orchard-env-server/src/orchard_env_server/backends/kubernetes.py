@@ -376,8 +376,8 @@ class KubernetesBackend:
     def _expire(self, name: str, record: SandboxRecord) -> None:
         """The kubelet ended the pod at ``activeDeadlineSeconds``, i.e. the sandbox's ttl,
         before a reaper deleted it (the reaper was late, or no orchestrator ran). That is
-        no failure: delete the pod (by force, see ``_delete_pod``) and leave the record to
-        the ttl, which ends it ``terminated`` (see ``_on_pod_gone``)."""
+        no failure: delete the pod (by force, see ``_delete_pod``); once it is gone the
+        record ends ``terminated`` by its ttl (see ``_on_pod_gone``)."""
         if name in self._expiring:
             return
         self._expiring.add(name)
@@ -400,8 +400,10 @@ class KubernetesBackend:
         if expired:
             expires_at = record.expires_at
             if expires_at is not None and time.time() >= expires_at - _EXPIRY_SLACK_S:
-                return  # the reaper ends it, as any ttl: terminated, then forgotten
-            why = "the pod's deadline (activeDeadlineSeconds) passed: the kubelet ended it"
+                # Its ttl: terminated now (the reaper's next pass may be seconds away).
+                why = f"ttl of {record.ttl_seconds:g} s reached (the kubelet ended its pod)"
+            else:
+                why = "the pod's deadline (activeDeadlineSeconds) passed: the kubelet ended it"
             if self._registry is not None:
                 self._registry.lost(record.sandbox_id, why)
             return  # its objects are being deleted already
