@@ -107,6 +107,7 @@ class Soak:
     created: set[str] = attrs.Factory(set)
     left_for_reaper: dict[str, float] = attrs.Factory(dict)  # id → latest expected reap
     seen: dict[int, tuple[float, str]] = attrs.Factory(dict)  # descendant pid → (start, cmd)
+    sandbox_of: dict[int, str] = attrs.Factory(dict)  # holder (bwrap) pid → its sandbox
     samples: list[Sample] = attrs.Factory(list)
     started: float = 0.0
     end: float = 0.0
@@ -380,10 +381,13 @@ class Soak:
                 if child.status() == psutil.STATUS_ZOMBIE:
                     if child.ppid() == me.pid:
                         sample.zombies += 1
-                        sample.zombie_names.append(f"{child.pid} {child.name()}")
+                        of = self.sandbox_of.get(child.pid, "sandbox unknown")
+                        sample.zombie_names.append(f"{child.pid} {child.name()} ({of})")
                     continue
-                key = (child.create_time(), " ".join(child.cmdline())[:200])
-                self.seen.setdefault(child.pid, key)
+                argv = child.cmdline()
+                self.seen.setdefault(child.pid, (child.create_time(), " ".join(argv)[:200]))
+                if "--hostname" in argv[:-1]:
+                    self.sandbox_of.setdefault(child.pid, argv[argv.index("--hostname") + 1])
         agent = agent_process(self.server)
         if agent is not None:
             with contextlib.suppress(psutil.Error), agent.oneshot():

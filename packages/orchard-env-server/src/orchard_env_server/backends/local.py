@@ -9,6 +9,7 @@ per-sandbox footprint to the holder alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -23,7 +24,7 @@ from ..quantities import parse_cpu, parse_memory
 from ..records import AgentEndpoint, SandboxRecord, load_record, save_record
 from ..settings import Settings
 from .base import RESTART_LOSS, BackendError, SandboxRegistry
-from .bubblewrap import HolderSpec, bwrap_usable, start_holder
+from .bubblewrap import Holder, HolderSpec, bwrap_usable, start_holder
 from .cgroups import Cgroups, Limits
 from .local_agent import LocalAgent
 from .processes import is_alive, kill_and_wait, start_time
@@ -154,11 +155,7 @@ class LocalBackend:
                 block_network=record.block_network,
                 masks=[str(self._state)] if root == Path("/") else [],
             )
-            try:
-                loop = asyncio.get_running_loop()
-                holder = await loop.run_in_executor(self._spawner, start_holder, spec)
-            except (OSError, RuntimeError) as exc:
-                raise BackendError(str(exc)) from exc
+            holder = await self._start_holder(spec)
             state.update(
                 holder_pid=holder.pid,
                 holder_start=start_time(holder.pid),
@@ -176,6 +173,21 @@ class LocalBackend:
         )
         save_record(self._sandboxes / record.sandbox_id, record)
         await self._register(record)
+
+    async def _start_holder(self, spec: HolderSpec) -> Holder:
+        """Start a holder off the loop. A create cancelled meanwhile (a client gone, a
+        shutdown) still gets its holder, which nothing records yet: kill it then."""
+        started = asyncio.get_running_loop().run_in_executor(self._spawner, start_holder, spec)
+        try:
+            return await asyncio.shield(started)
+        except (OSError, RuntimeError) as exc:
+            raise BackendError(str(exc)) from exc
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                holder = await started
+                await asyncio.to_thread(kill_and_wait, holder.pid, None)
+                await asyncio.to_thread(kill_and_wait, holder.monitor_pid, None)
+            raise
 
     async def _limit(self, record: SandboxRecord, holder_pid: int) -> list[str]:
         """The sandbox's cgroups, its holder moved in; commands join them as they start."""

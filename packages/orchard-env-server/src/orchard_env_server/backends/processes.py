@@ -31,21 +31,26 @@ def is_alive(pid: int | None, started: int | None) -> bool:
 def kill_and_wait(pid: int, started: int | None, timeout: float = 5.0) -> None:
     """SIGKILL one process (if it is still the one we started) and wait until it is gone.
 
-    A process of ours that has exited already is a zombie until reaped: reap it (holders'
-    bwrap monitors usually exit on their own once the sandbox's pid 1 is killed)."""
+    A child of ours is gone once reaped: it stays a zombie until then (holders' bwrap
+    monitors usually exit on their own once the sandbox's pid 1 is killed, and must still
+    be waited for). Another process's child (adopted after a restart) is gone once it
+    is a zombie: its parent reaps it, not us."""
     current = start_time(pid)
-    if current is None:  # gone, or a zombie: only our own child can be reaped here
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)
-        return
-    if started is not None and current != started:
-        return  # the pid belongs to another process now
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+    if current is not None:
+        if started is not None and current != started:
+            return  # the pid belongs to another process now
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)
-        if start_time(pid) is None:
+    while True:
+        try:
+            reaped, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # not our child (or reaped already)
+            if start_time(pid) is None:
+                return
+        else:
+            if reaped:
+                return
+        if time.monotonic() >= deadline:
             return
         time.sleep(0.005)
