@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import psutil
 import pytest
 
-from orchard_env_client import AsyncSandboxClient, SandboxClient
+from orchard_env_client import AsyncSandboxClient, JobNotFound, SandboxClient
 from orchard_testing import agent_pid
 
 pytestmark = pytest.mark.integration
@@ -139,3 +140,24 @@ async def test_the_async_client_runs_the_same_commands(server, image):
         chunks = [e async for e in sandbox.exec_stream("echo streamed")]
         assert chunks[-1].type == "exit"
         await sandbox.delete()
+
+
+async def test_a_background_job_whose_result_the_agent_dropped_answers_job_evicted(server, image):
+    """Never asked about until its agent kept newer results instead: a 404 that says so,
+    not a job `lost` to an agent restart that never happened."""
+    from orchard_env_agent.jobs import MAX_FINISHED
+
+    async with AsyncSandboxClient(base_url=server.url) as client:
+        sandbox = await client.create_sandbox(image)
+        try:
+            forgotten = await sandbox.start(["true"])
+            await asyncio.sleep(0.5)  # it finishes before the jobs that push it out
+            lanes = 8
+            for _ in range(MAX_FINISHED // lanes + 1):
+                await asyncio.gather(*(sandbox.exec(["true"]) for _ in range(lanes)))
+            with pytest.raises(JobNotFound) as raised:
+                await forgotten.refresh()
+            assert raised.value.code == "job_evicted", raised.value
+            assert "finished" in str(raised.value)
+        finally:
+            await sandbox.delete()

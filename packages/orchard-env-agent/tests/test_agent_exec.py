@@ -175,3 +175,19 @@ def test_multi_admin(multi: Agent) -> None:
     assert multi.admin("DELETE", "/_admin/sandboxes/tmp-sb").status_code == 200
     assert multi.admin("DELETE", "/_admin/sandboxes/tmp-sb").status_code == 404
     assert multi.client.get(f"/jobs/{jid}", headers=h).status_code == 404
+
+
+def test_a_job_dropped_for_newer_results_says_so_and_its_id_stays_taken(single: Agent) -> None:
+    from orchard_env_agent.jobs import MAX_FINISHED
+
+    h = single.headers()
+    first = single.exec(["true"])["job_id"]
+    for _ in range(MAX_FINISHED):
+        single.exec(["true"])
+    r = single.client.get(f"/jobs/{first}", headers=h)
+    assert r.status_code == 404 and r.json()["code"] == "job_evicted", r.text
+    assert "finished" in r.json()["detail"] and str(MAX_FINISHED) in r.json()["detail"]
+    again = single.client.post("/exec", json={"command": ["true"], "job_id": first}, headers=h)
+    assert again.status_code == 409, again.text
+    r = single.client.get(f"/jobs/{single.sandbox_id}.0123456789abcdef", headers=h)
+    assert r.status_code == 404 and r.json()["code"] == "job_not_found"

@@ -21,7 +21,7 @@ from . import __version__, files, netns, ports
 from .config import Settings
 from .context import Mount, Registry, SandboxContext, normalise_mount_path, single_context
 from .errors import ApiError
-from .jobs import Job
+from .jobs import MAX_FINISHED, Job
 from .patch import apply_patch
 from .process import REAPER
 from .pty import run_pty
@@ -88,6 +88,13 @@ class Agent:
 
     def job(self, ctx: SandboxContext, job_id: str) -> Job:
         job = ctx.jobs.get(job_id)
+        if job is None and ctx.jobs.was_evicted(job_id):
+            raise ApiError(
+                404,
+                "job_evicted",
+                f"job {job_id!r} finished, and its result was dropped: the agent keeps the "
+                f"last {MAX_FINISHED} finished jobs of a sandbox (fetch results sooner)",
+            )
         if job is None:
             raise ApiError(404, "job_not_found", f"no job {job_id!r}")
         return job

@@ -14,7 +14,8 @@ from .errors import ApiError
 from .output import CappedBuffer
 from .process import Spawned
 
-MAX_FINISHED = 1000
+MAX_FINISHED = 1000  # finished jobs kept per sandbox, results and all
+MAX_EVICTED = 10_000  # ids of finished jobs dropped since, so a late ask hears why
 
 
 @dataclass
@@ -106,6 +107,7 @@ class JobStore:
         self.sandbox_id = sandbox_id
         self.running: dict[str, Job] = {}
         self.finished: OrderedDict[str, Job] = OrderedDict()
+        self.evicted: OrderedDict[str, None] = OrderedDict()
 
     def new(self, command: str | list[str], cap: int, job_id: str | None = None) -> Job:
         """A queued job; ``job_id`` (the orchestrator's choice) must be this sandbox's and new."""
@@ -113,7 +115,7 @@ class JobStore:
             job_id = f"{self.sandbox_id}.{secrets.token_hex(8)}"
         elif not job_id.startswith(self.sandbox_id + "."):
             raise ApiError(422, "invalid_body", f"job id {job_id!r} is not of this sandbox")
-        elif self.get(job_id) is not None:
+        elif self.get(job_id) is not None or self.was_evicted(job_id):
             raise ApiError(409, "job_exists", f"job id {job_id!r} is taken")
         job = Job(job_id, self.sandbox_id, command, cap)
         self.running[job.job_id] = job
@@ -123,10 +125,17 @@ class JobStore:
         self.running.pop(job.job_id, None)
         self.finished[job.job_id] = job
         while len(self.finished) > MAX_FINISHED:
-            self.finished.popitem(last=False)
+            dropped, _ = self.finished.popitem(last=False)
+            self.evicted[dropped] = None
+        while len(self.evicted) > MAX_EVICTED:
+            self.evicted.popitem(last=False)
 
     def get(self, job_id: str) -> Job | None:
         return self.running.get(job_id) or self.finished.get(job_id)
+
+    def was_evicted(self, job_id: str) -> bool:
+        """The job finished here, and its result was dropped for newer ones since."""
+        return job_id in self.evicted
 
     def kill_all(self) -> None:
         for job in list(self.running.values()):

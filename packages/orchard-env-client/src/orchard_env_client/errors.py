@@ -147,6 +147,7 @@ class SandboxFailed(OrchardError):
 _BY_CODE: dict[str, type[OrchardError]] = {
     "sandbox_not_found": SandboxNotFound,
     "job_not_found": JobNotFound,
+    "job_evicted": JobNotFound,  # it finished; the agent has dropped its result since
     "path_not_found": PathNotFound,
     "sandbox_not_ready": SandboxNotReady,
 }

@@ -152,7 +152,12 @@ async def _job_call(svc: SandboxService, ag: AgentClient, tenant: str, method: s
     except ApiError as exc:
         if exc.status != 404:
             raise
-        lost = svc.jobs.lost(job_id, "the sandbox's agent restarted while the job ran", tenant)
+        if exc.code == "job_evicted":  # it finished; the agent kept newer results instead
+            svc.jobs.discard(job_id)
+            raise
+        lost = svc.jobs.lost(
+            job_id, "the sandbox's agent no longer knows it (it restarted)", tenant
+        )
         if lost is not None:
             return lost
         raise ApiError(
