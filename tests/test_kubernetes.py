@@ -18,6 +18,7 @@ import stat
 import statistics
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -146,12 +147,23 @@ def test_block_network_creates_an_egress_policy_selecting_the_pod(server, image)
         )
 
 
-def test_a_sandbox_made_through_one_replica_is_served_and_deleted_by_another(backend, tmp_path):
+@contextlib.contextmanager
+def two_replicas(backend: str, tmp_path: Path) -> Iterator[tuple[RunningServer, RunningServer]]:
+    """Two orchestrators sharing one namespace; nothing of theirs may be left after."""
     first = RunningServer(backend=backend, state_dir=tmp_path / "a")
     second = RunningServer(backend=backend, state_dir=tmp_path / "b", namespace=first.namespace)
     first.start()
     second.start("--orchestrator-id", "replica-b")
     try:
+        yield first, second
+    finally:
+        second.stop()
+        first.stop()
+    assert leftovers(first) == []
+
+
+def test_a_sandbox_made_through_one_replica_is_served_and_deleted_by_another(backend, tmp_path):
+    with two_replicas(backend, tmp_path) as (first, second):
         with SandboxClient(base_url=first.url, auto_cleanup=False) as one:
             sbx = one.create_sandbox(BUSYBOX_IMAGE)
             sbx.exec("echo made-by-a > /tmp/proof")
@@ -174,10 +186,27 @@ def test_a_sandbox_made_through_one_replica_is_served_and_deleted_by_another(bac
                 break
             assert time.monotonic() < deadline, info
             time.sleep(0.2)
-    finally:
-        second.stop()
-        first.stop()
-    assert leftovers(first) == []
+
+
+def test_a_replica_does_not_reap_as_idle_a_sandbox_another_runs_a_long_command_in(
+    backend, tmp_path
+):
+    """Idle time is shared through a pod annotation; a command running longer than the
+    idle timeout on one replica keeps the sandbox in use for the other one too."""
+    with (
+        two_replicas(backend, tmp_path) as (first, second),
+        SandboxClient(base_url=first.url, auto_cleanup=False) as one,
+    ):
+        sbx = one.create_sandbox(BUSYBOX_IMAGE, idle_timeout_seconds=10)
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{second.url}/sandboxes/{sbx.sandbox_id}").status_code != 200:
+            assert time.monotonic() < deadline, "the second replica never saw the sandbox"
+            time.sleep(0.1)
+        job = sbx.exec("sleep 25; echo still-here", timeout=60)
+        assert job.stdout == "still-here\n", job
+        info = httpx.get(f"{second.url}/sandboxes/{sbx.sandbox_id}").json()
+        assert info["status"] == "ready", info
+        sbx.delete()
 
 
 def test_a_pod_deleted_out_of_band_terminates_its_sandbox(server):

@@ -900,6 +900,7 @@ class Pods:
 class Registry:
     def __init__(self) -> None:
         self.lost_ids: list[tuple[str, str]] = []
+        self.expired_ids: list[str] = []
         self.found: list[SandboxRecord] = []
 
     def discovered(self, record: SandboxRecord) -> None:
@@ -907,6 +908,9 @@ class Registry:
 
     def lost(self, sandbox_id: str, reason: str) -> None:
         self.lost_ids.append((sandbox_id, reason))
+
+    def expired(self, sandbox_id: str) -> None:
+        self.expired_ids.append(sandbox_id)
 
 
 def make_backend(tmp_path: Path, *pods: dict[str, Any]) -> tuple[KubernetesBackend, DeleteApi]:
@@ -1006,15 +1010,15 @@ def test_a_deadline_pod_being_deleted_is_forced_at_once(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("age_s", "reported"),
-    [(10.0, False), (4.0, False), (-100.0, True)],  # the last: a node clock far ahead
+    ("age_s", "ttl_reached"),
+    [(10.0, True), (4.0, True), (-100.0, False)],  # the last: a node clock far ahead
 )
-def test_a_pod_ended_at_its_deadline_is_force_deleted_and_left_to_the_ttl(
-    tmp_path, age_s, reported
+def test_a_pod_ended_at_its_deadline_is_force_deleted_and_terminated_by_its_ttl(
+    tmp_path, age_s, ttl_reached
 ):
-    """Not a failure: the pod goes at once; the record ends ``terminated`` by the
-    reaper's ttl (then forgotten), or, if the orchestrator's clock says the ttl is far
-    off, at once through ``lost``."""
+    """Not a failure: the pod goes at once, and once it is gone the sandbox is reaped for
+    its ttl (``expired``: terminated, then forgotten), or, if the orchestrator's clock
+    says the ttl is far off, reported ``lost`` to the pod's deadline."""
     record = make_record(ttl_seconds=5)
     record.created_at = time.time() - age_s
     pod = pod_manifest(record, Settings(backend="kubernetes"), ORCH)
@@ -1038,11 +1042,12 @@ def test_a_pod_ended_at_its_deadline_is_force_deleted_and_left_to_the_ttl(
     registry, api, backend = asyncio.run(main())
     assert [r.sandbox_id for r in registry.found] == [record.sandbox_id]
     assert pod_deletes(api) == [(name, 0, "u-9")]  # deleted by force, once
-    if reported:
-        [(sandbox_id, why)] = registry.lost_ids
-        assert sandbox_id == record.sandbox_id and "deadline" in why
+    if ttl_reached:
+        assert (registry.expired_ids, registry.lost_ids) == ([record.sandbox_id], [])
     else:
-        assert registry.lost_ids == []
+        [(sandbox_id, why)] = registry.lost_ids
+        assert sandbox_id == record.sandbox_id and "deadline" in why, why
+        assert registry.expired_ids == []
     assert not backend._records and not backend._expiring
 
 

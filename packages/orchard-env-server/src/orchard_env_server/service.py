@@ -92,6 +92,13 @@ class SandboxService:
             if self._agents is not None:
                 self._spawn(self._agents.forget(record.agent))
 
+    def expired(self, sandbox_id: str) -> None:
+        """Its ttl ran out and the backend has removed it already: reap it now, as the
+        reaper would at its next pass (``terminated``, then forgotten)."""
+        record = self._records.get(sandbox_id)
+        if record is not None and record.status not in ("failed", "terminated"):
+            self._spawn(self._reap(record, self._ttl_reason(record)))
+
     def agent_gone(self, record: SandboxRecord) -> None:
         """A request found the sandbox's agent unreachable: check the sandbox now rather
         than at the reaper's next pass (a dead sandbox turns ``failed`` with the reason)."""
@@ -266,7 +273,7 @@ class SandboxService:
                     await self._forget(record)
                 continue
             if record.expires_at is not None and now_wall >= record.expires_at:
-                reason = f"ttl of {record.ttl_seconds:g} s reached"
+                reason = self._ttl_reason(record)
             elif (
                 record.status == "ready"  # a sandbox still starting is not idle
                 and record.busy == 0  # nor is one whose exec or transfer is under way
@@ -275,13 +282,20 @@ class SandboxService:
             ):
                 reason = f"idle for {record.idle_timeout_seconds:g} s"
             if reason:
-                log.info("reaping sandbox %s: %s", record.sandbox_id, reason)
-                metrics.REAPED.inc()
-                await self._destroy(record, "terminated", reason)
-                await self._forget(record)
+                await self._reap(record, reason)
                 continue
             if check_health:
                 await self._fail_if_dead(record)
+
+    @staticmethod
+    def _ttl_reason(record: SandboxRecord) -> str:
+        return f"ttl of {record.ttl_seconds:g} s reached"
+
+    async def _reap(self, record: SandboxRecord, reason: str) -> None:
+        log.info("reaping sandbox %s: %s", record.sandbox_id, reason)
+        metrics.REAPED.inc()
+        await self._destroy(record, "terminated", reason)
+        await self._forget(record)
 
     async def _fail_if_dead(self, record: SandboxRecord) -> None:
         """Ask the backend whether a ready sandbox still lives; a dead one turns ``failed``."""

@@ -28,6 +28,9 @@ class SandboxRegistry(Protocol):
     def lost(self, sandbox_id: str, reason: str) -> None:
         """A sandbox removed behind this process's back: it is ``terminated`` now."""
 
+    def expired(self, sandbox_id: str) -> None:
+        """A sandbox the machinery ended at its ttl (a pod's deadline): reap it now."""
+
 
 class Backend(Protocol):
     """Owns the machinery behind sandboxes: processes, containers or pods."""

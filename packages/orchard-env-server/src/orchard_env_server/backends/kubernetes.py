@@ -377,7 +377,7 @@ class KubernetesBackend:
         """The kubelet ended the pod at ``activeDeadlineSeconds``, i.e. the sandbox's ttl,
         before a reaper deleted it (the reaper was late, or no orchestrator ran). That is
         no failure: delete the pod (by force, see ``_delete_pod``); once it is gone the
-        record ends ``terminated`` by its ttl (see ``_on_pod_gone``)."""
+        sandbox is reaped for its ttl (see ``_on_pod_gone``)."""
         if name in self._expiring:
             return
         self._expiring.add(name)
@@ -398,13 +398,15 @@ class KubernetesBackend:
         if record is None:
             return  # deleted through this replica
         if expired:
+            if self._registry is None:
+                return
             expires_at = record.expires_at
             if expires_at is not None and time.time() >= expires_at - _EXPIRY_SLACK_S:
-                # Its ttl: terminated now (the reaper's next pass may be seconds away).
-                why = f"ttl of {record.ttl_seconds:g} s reached (the kubelet ended its pod)"
+                # Its ttl: reaped now, not at the reaper's next pass (seconds away, or
+                # never if the orchestrator was frozen): terminated, then forgotten.
+                self._registry.expired(record.sandbox_id)
             else:
                 why = "the pod's deadline (activeDeadlineSeconds) passed: the kubelet ended it"
-            if self._registry is not None:
                 self._registry.lost(record.sandbox_id, why)
             return  # its objects are being deleted already
         why = "the sandbox's pod was deleted (through another orchestrator replica, or out of band)"
@@ -425,11 +427,14 @@ class KubernetesBackend:
 
     async def _publish_last_active(self) -> None:
         """Annotate recent use of sandboxes with an idle timeout, so that no replica reaps
-        a sandbox another one is using. At most one patch per quarter idle timeout."""
+        a sandbox another one is using (or still runs a command in). At most one patch per
+        quarter idle timeout."""
         for name, record in list(self._records.items()):
             idle = record.idle_timeout_seconds
             if idle is None or record.status != "ready":
                 continue
+            if record.busy:  # a long exec here is use too, though no request ends meanwhile
+                record.touch()
             if record.last_active - self._published.get(name, 0.0) < max(1.0, idle / 4):
                 continue
             self._published[name] = record.last_active
