@@ -189,6 +189,7 @@ class RunningServer:
     log_path: Path | None = None
     namespace: str = "orchard-test"  # kubernetes: where its sandbox pods go
     kubeconfig: Path | None = None  # kubernetes: default, the test cluster's
+    env: dict[str, str] = attrs.Factory(dict)  # more environment for the process
 
     def __attrs_post_init__(self) -> None:
         if self.backend == "kubernetes" and self.namespace == "orchard-test":
@@ -209,6 +210,7 @@ class RunningServer:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHARD_ENV_")}
         if self.api_keys:
             env["ORCHARD_ENV_API_KEYS"] = self.api_keys
+        env.update(self.env)
         argv = [
             sys.executable, "-m", "orchard_env_server.cli", "serve",
             "--backend", self.backend, "--port", str(self.port),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -17,8 +18,10 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
+import orchard_env_agent
 from orchard_env_client import SandboxClient
 from orchard_testing import agent_pid, create_ready, kubectl, only_backend, wait_until_it_runs_again
 
@@ -196,3 +199,48 @@ def test_a_docker_engine_restart_is_reported_as_503_and_recovered_from(fresh_ser
     health = httpx.get(f"{url}/health").json()
     assert health["status"] == "ok"
     _cluster_node_ready(120)
+
+
+def _ended(pid: int) -> bool:
+    """Gone, or a zombie (its parent, not the test, reaps it)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@only_backend("local")  # the one backend whose agent outlives the orchestrator's process
+def test_an_adopted_agent_of_older_code_is_replaced_unless_commands_run_in_it(
+    fresh_server, tmp_path
+):
+    """After an upgrade the restarted orchestrator finds the agent the old code started.
+    The upgrade is a copy of the agent package with one change, first on PYTHONPATH."""
+    upgraded = tmp_path / "upgraded"
+    shutil.copytree(Path(orchard_env_agent.__file__).parent, upgraded / "orchard_env_agent",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    with open(upgraded / "orchard_env_agent" / "build.py", "a") as fh:
+        fh.write("\n# the upgrade\n")
+    fresh_server.start()
+    url = fresh_server.url
+    sid = str(create_ready(url, {"image": "host"})["sandbox_id"])
+    old_pid = json.loads((fresh_server.state_dir / "agent.json").read_text())["pid"]
+    job = httpx.post(f"{url}/sandboxes/{sid}/exec", json={"command": "sleep 60"}).json()
+
+    fresh_server.kill()
+    fresh_server.env = {"PYTHONPATH": str(upgraded)}
+    fresh_server.start()  # a command runs in the old agent: it is kept, and /health says so
+    warnings = httpx.get(f"{url}/health").json()["warnings"]
+    assert any("before an upgrade" in w and "(1 now)" in w for w in warnings), warnings
+    assert json.loads((fresh_server.state_dir / "agent.json").read_text())["pid"] == old_pid
+    assert httpx.get(f"{url}/jobs/{job['job_id']}").json()["status"] == "running"
+    httpx.post(f"{url}/jobs/{job['job_id']}/cancel").raise_for_status()
+
+    fresh_server.kill()
+    fresh_server.start()  # nothing runs in it now: replaced, and the sandbox is served on
+    assert not [w for w in httpx.get(f"{url}/health").json()["warnings"] if "upgrade" in w]
+    new_pid = json.loads((fresh_server.state_dir / "agent.json").read_text())["pid"]
+    assert new_pid != old_pid and _ended(old_pid)
+    assert psutil.Process(new_pid).environ().get("PYTHONPATH") == str(upgraded)
+    done = httpx.post(f"{url}/sandboxes/{sid}/exec", json={"command": "echo served", "wait": True})
+    assert done.json()["stdout"] == "served\n", done.text
+    httpx.delete(f"{url}/sandboxes/{sid}", timeout=60)

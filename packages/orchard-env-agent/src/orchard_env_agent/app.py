@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from . import __version__, files, netns, ports
+from .build import build_id
 from .config import Settings
 from .context import Mount, Registry, SandboxContext, normalise_mount_path, single_context
 from .errors import ApiError
@@ -107,6 +108,8 @@ class Agent:
                 "version": __version__,
                 "mode": "multi" if self.registry.multi else "single",
                 "sandboxes": len(self.registry.sandboxes),
+                "build": build_id(),
+                "jobs_running": sum(len(c.jobs.running) for c in self.registry.sandboxes.values()),
             }
         )
 
@@ -334,6 +337,7 @@ async def _internal(request: Request, exc: Exception) -> Response:
 
 
 def create_app(settings: Settings) -> Starlette:
+    build_id()  # of the code this process starts with, whatever is installed later
     agent = Agent(settings)
 
     @contextlib.asynccontextmanager

@@ -246,6 +246,8 @@ class LocalBackend:
             warnings = [] if self._cgroups.usable else [
                 f"local sandboxes have no resource limits: {self._cgroups.why_not}"
             ]  # fmt: skip
+            if self._agent.stale:
+                warnings.append(self._agent.stale)
             return {"isolation": "bubblewrap", "warnings": warnings}
         return {
             "isolation": "none",

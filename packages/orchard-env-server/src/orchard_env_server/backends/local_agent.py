@@ -16,6 +16,8 @@ from typing import Any
 
 import httpx
 
+from orchard_env_agent.build import build_id
+
 from .base import BackendError
 from .processes import is_alive, kill_and_wait, start_time
 
@@ -35,6 +37,7 @@ class LocalAgent:
         self._started: int | None = None
         self.base_url = ""
         self._admin_token = ""
+        self.stale: str | None = None  # why the adopted agent is not of the installed code
         # A burst of creates registers hundreds of sandboxes at once: let them queue for a
         # connection (no pool timeout) rather than fail after the default 10 s wait.
         self._http = httpx.AsyncClient(
@@ -45,6 +48,7 @@ class LocalAgent:
 
     async def ensure(self) -> bool:
         """Adopt a live agent from an earlier run, or start one. True when newly started."""
+        self.stale = None
         if self.pid is not None:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(self.pid, os.WNOHANG)  # reap a dead agent we started ourselves
@@ -72,8 +76,26 @@ class LocalAgent:
         self.base_url, self._admin_token = state["base_url"], state["admin_token"]
         try:
             await self.admin("GET", "/_admin/sandboxes")
+            health = await self.admin("GET", "/health")
         except BackendError:
             return False
+        running, theirs = health.get("build"), build_id()
+        if running != theirs:
+            # Started from code since replaced (an upgrade): replace it unless that would
+            # kill commands still running in it. Sandboxes live on in their holders either
+            # way; a fresh agent has them registered again.
+            busy = int(health.get("jobs_running") or 0)
+            if busy == 0:
+                log.warning("replacing local agent pid %s: it runs older code (build %s, "
+                            "installed %s)", pid, running, theirs)  # fmt: skip
+                await self.stop()
+                return False
+            self.stale = (
+                f"the local agent (pid {pid}) runs code from before an upgrade (build "
+                f"{running}, installed {theirs}); kept while commands run in it ({busy} now): "
+                "restart the orchestrator once they are done to replace it"
+            )
+            log.warning("%s", self.stale)
         log.info("adopted local agent pid %s at %s", pid, self.base_url)
         return True
 
@@ -133,7 +155,8 @@ class LocalAgent:
         return response.json() if response.content else None
 
     async def stop(self) -> None:
-        """Stop the agent process for good (its sandboxes must be deleted first)."""
+        """Stop the agent process (its sandboxes deleted first, or registered again with
+        the next agent: their holders do not depend on it)."""
         if self.pid is not None:
             await asyncio.to_thread(kill_and_wait, self.pid, self._started)
         for name in ("agent.json", "agent.admin-token", "agent.port"):
