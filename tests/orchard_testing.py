@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any, Self
 
 import attrs
 import httpx
@@ -278,3 +279,35 @@ class ThreadedApp:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=30)
+
+
+@attrs.define
+class StubEndpoint:
+    """A scripted HTTP endpoint of a test (a policy, a judge, a ``/generate`` server):
+    subclasses name their handlers in ``routes()``; ``with stub:`` serves them on a thread
+    at ``url``."""
+
+    port: int = attrs.field(factory=free_port, kw_only=True)
+    served: ThreadedApp | None = attrs.field(default=None, kw_only=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """Where an OpenAI-compatible client points (its routes under ``/v1``)."""
+        return f"{self.url}/v1"
+
+    def routes(self) -> list[Any]:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        from starlette.applications import Starlette
+
+        self.served = ThreadedApp(Starlette(routes=self.routes()), self.port).__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.served is not None
+        self.served.__exit__()

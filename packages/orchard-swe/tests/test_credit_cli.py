@@ -11,7 +11,6 @@ from typing import Any
 
 import attrs
 import pytest
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -21,7 +20,7 @@ from orchard_swe.model import INSTANCE_ID_HEADER
 from orchard_swe.replay import Script, ScriptedModelServer, Step, ToolCall, gold_script, mini_action
 from orchard_swe.tasks import BUILTIN, load_tasks
 from orchard_swe.trajectory import Trajectory, TrajectoryMetadata
-from orchard_testing import RunningServer, ThreadedApp, free_port
+from orchard_testing import RunningServer, StubEndpoint, free_port
 
 TASK_ID = "toolz__toolz-1"
 
@@ -112,17 +111,11 @@ def test_mc_with_an_unknown_task_or_no_orchard_service(
 
 
 @attrs.define
-class PrefixJudge:
+class PrefixJudge(StubEndpoint):
     """A chat endpoint answering per (instance, prefix) from a table; prefixes come from the
     judge prompt's ``<attempt turns="N">``."""
 
     table: dict[str, list[str]]
-    port: int = attrs.field(factory=free_port)
-    served: ThreadedApp | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
 
     async def _chat(self, request: Request) -> JSONResponse:
         body = await request.json()
@@ -135,15 +128,9 @@ class PrefixJudge:
     async def _models(self, request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": []})
 
-    def __enter__(self) -> PrefixJudge:
-        app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"]),
-                                Route("/v1/models", self._models)])  # fmt: skip
-        self.served = ThreadedApp(app, self.port).__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self.served is not None
-        self.served.__exit__()
+    def routes(self) -> list[Route]:
+        return [Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/models", self._models)]  # fmt: skip
 
 
 def _sft_data(samples: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:

@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 import attrs
 import pytest
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -48,7 +47,7 @@ from orchard_swe.training.estimators import (
     terminal_value,
 )
 from orchard_swe.trajectory import Trajectory, TrajectoryMetadata
-from orchard_testing import RunningServer, ThreadedApp, free_port
+from orchard_testing import RunningServer, StubEndpoint, free_port
 
 TASK_ID = "toolz__toolz-1"
 APPLIED_AT = 3  # prefix 3 (after look, write, apply) holds the fix; prefix 4 has reverted it
@@ -349,19 +348,13 @@ async def test_mc_restores_each_prefix_exactly(
 
 
 @attrs.define
-class SeededPolicy:
+class SeededPolicy(StubEndpoint):
     """A chat server choosing by the request's seed: even → apply the gold fix and submit,
     odd → submit at once. Records (assistant turns in the request, seed); can stall."""
 
     fix: str
     delay_s: float = 0.0
     seen: list[tuple[int, int]] = attrs.field(factory=list)
-    port: int = attrs.field(factory=free_port)
-    served: ThreadedApp | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
 
     async def _chat(self, request: Request) -> JSONResponse:
         body = await request.json()
@@ -378,14 +371,8 @@ class SeededPolicy:
         return JSONResponse({"choices": [{"message": message, "finish_reason": "tool_calls"}],
                              "usage": {"prompt_tokens": 1, "completion_tokens": 1}})  # fmt: skip
 
-    def __enter__(self) -> SeededPolicy:
-        app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
-        self.served = ThreadedApp(app, self.port).__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self.served is not None
-        self.served.__exit__()
+    def routes(self) -> list[Route]:
+        return [Route("/v1/chat/completions", self._chat, methods=["POST"])]
 
 
 def _fix_command(task: Task) -> str:

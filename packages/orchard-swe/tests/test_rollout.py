@@ -13,7 +13,6 @@ from typing import Any
 
 import attrs
 import pytest
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -33,7 +32,7 @@ from orchard_swe.training.rollout import (
 )
 from orchard_swe.training.sft_data import ChatRenderer
 from orchard_swe.training.tokenizer import load_tokenizer
-from orchard_testing import RunningServer, ThreadedApp, free_port
+from orchard_testing import RunningServer, StubEndpoint
 
 pytestmark = pytest.mark.integration
 
@@ -73,13 +72,11 @@ class Reply:
 
 
 @attrs.define
-class ScriptedGenerate:
+class ScriptedGenerate(StubEndpoint):
     """``POST /generate`` answering a script of replies in order; 500 once it runs out."""
 
     script: list[Reply]
     requests: list[dict[str, Any]] = attrs.field(factory=list)
-    served: ThreadedApp | None = None
-    port: int = attrs.field(factory=free_port)
 
     async def _generate(self, request: Request) -> JSONResponse:
         body = await request.json()
@@ -90,18 +87,8 @@ class ScriptedGenerate:
         return JSONResponse({"output_ids": reply.ids, "output_logprobs": reply.logprobs,
                              "finish_reason": reply.finish})  # fmt: skip
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> ScriptedGenerate:
-        app = Starlette(routes=[Route("/generate", self._generate, methods=["POST"])])
-        self.served = ThreadedApp(app, self.port).__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self.served is not None
-        self.served.__exit__()
+    def routes(self) -> list[Route]:
+        return [Route("/generate", self._generate, methods=["POST"])]
 
 
 def _reply(tokenizer: Any, text: str, *, end: bool = True, split: bool = False) -> Reply:
