@@ -10,6 +10,7 @@ empty 0%. Needs an Orchard Env service; if none answers at ``--url``, one is sta
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,30 @@ from orchard_env_client import AsyncSandboxClient
 from .distill import DistillConfig, Harness, distill
 from .model import ModelConfig
 from .own_service import service
-from .replay import ScriptedModelServer, empty_script, gold_script
-from .tasks import BUILTIN, load_tasks
+from .replay import Script, ScriptedModelServer, empty_script, gold_script
+from .tasks import BUILTIN, Task, load_tasks
 
 HARNESSES: tuple[Harness, ...] = ("tools", "mini")
+
+
+async def distill_scripted(
+    client: AsyncSandboxClient, tasks: Sequence[Task], harness: Harness, kind: str,
+    scripts: Mapping[str, Script], out_dir: Path, *, concurrency: int, image: str | None,
+) -> dict[str, Any]:  # fmt: skip
+    """Distill ``tasks`` through ``harness`` with the scripted model ``scripted-<kind>``,
+    which plays ``scripts[instance_id]`` for each task; trajectories go to ``out_dir``,
+    the run's summary is returned."""
+    with ScriptedModelServer() as server:
+        for task in tasks:
+            server.add(task.instance_id, scripts[task.instance_id])
+        config = DistillConfig(
+            harness=harness,
+            model=ModelConfig(model=f"scripted-{kind}", base_url=server.base_url),
+            out_dir=out_dir,
+            concurrency=concurrency,
+            default_image=image,
+        )
+        return await distill(client, tasks, config)
 
 
 async def _run_all(
@@ -35,19 +56,12 @@ async def _run_all(
     async with AsyncSandboxClient(base_url=url, api_key=api_key) as client:
         for harness in HARNESSES:
             for kind in ("gold", "empty"):
-                with ScriptedModelServer() as server:
-                    for task in tasks:
-                        script = gold_script(task.patch, harness) if kind == "gold" else (
-                            empty_script(harness))  # fmt: skip
-                        server.add(task.instance_id, script)
-                    config = DistillConfig(
-                        harness=harness,
-                        model=ModelConfig(model=f"scripted-{kind}", base_url=server.base_url),
-                        out_dir=out / f"{harness}-{kind}",
-                        concurrency=concurrency,
-                        default_image=image,
-                    )
-                    summaries[(harness, kind)] = await distill(client, tasks, config)
+                scripts = {t.instance_id: gold_script(t.patch, harness) if kind == "gold"
+                           else empty_script(harness) for t in tasks}  # fmt: skip
+                summaries[(harness, kind)] = await distill_scripted(
+                    client, tasks, harness, kind, scripts, out / f"{harness}-{kind}",
+                    concurrency=concurrency, image=image,
+                )  # fmt: skip
     return summaries
 
 

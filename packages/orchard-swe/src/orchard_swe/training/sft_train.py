@@ -36,11 +36,11 @@ from rich.console import Console
 
 from orchard_env_client import AsyncSandboxClient
 
-from ..distill import DistillConfig, Harness, distill
+from ..demo import distill_scripted
+from ..distill import Harness
 from ..llm_venv import LLMVenvError, ensure_train_venv, smollm2_gguf, workspace_pythonpath
-from ..model import ModelConfig
 from ..own_service import service
-from ..replay import Script, ScriptedModelServer, gold_script
+from ..replay import Script, gold_script
 from ..tasks import BUILTIN, load_tasks
 from ..trajectory import Trajectory, append_jsonl, read_jsonl
 from .credit import CreditConfig, FixedValues, SftSample, assistant_positions, credit_samples
@@ -275,20 +275,12 @@ async def _proof_trajectories(
     async with AsyncSandboxClient(base_url=url, api_key=api_key) as client:
         for harness in harnesses:
             for kind in ("gold", "half"):
-                with ScriptedModelServer() as server:
-                    for task in tasks:
-                        script = gold_script(task.patch, harness) if kind == "gold" else (
-                            half_script(task.patch, harness))  # fmt: skip
-                        server.add(task.instance_id, script)
-                    config = DistillConfig(
-                        harness=harness,
-                        model=ModelConfig(model=f"scripted-{kind}", base_url=server.base_url),
-                        out_dir=out_dir / "runs" / f"{harness}-{kind}",
-                        concurrency=concurrency,
-                        default_image=image,
-                    )
-                    await distill(client, tasks, config)
-                runs[(harness, kind)] = config.out_dir / "trajectories.jsonl"
+                scripts = {t.instance_id: gold_script(t.patch, harness) if kind == "gold"
+                           else half_script(t.patch, harness) for t in tasks}  # fmt: skip
+                run_dir = out_dir / "runs" / f"{harness}-{kind}"
+                await distill_scripted(client, tasks, harness, kind, scripts, run_dir,
+                                       concurrency=concurrency, image=image)  # fmt: skip
+                runs[(harness, kind)] = run_dir / "trajectories.jsonl"
     by_run = {
         key: {t.metadata.instance_id: t for t in read_jsonl(path)} for key, path in runs.items()
     }
