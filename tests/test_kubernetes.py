@@ -4,7 +4,7 @@ The shared suite (exec, files, patch, streaming, lifecycle, ...) runs on this ba
 these tests cover what only pods have: the objects a sandbox is made of, replicas sharing
 sandboxes, the watcher surviving API server restarts and 410 Gone, pods deleted behind
 the orchestrator, images the kubelet cannot run, pods the kubelet ended at their deadline,
-the kubeconfig's TLS files, and 50 sandboxes at once.
+pods still being deleted at shutdown, the kubeconfig's TLS files, and 50 sandboxes at once.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import base64
 import concurrent.futures
 import contextlib
 import json
+import os
 import signal
 import stat
 import statistics
@@ -32,6 +33,7 @@ from orchard_testing import (
     RunningServer,
     cluster_env,
     create_ready,
+    docker,
     kubectl,
     leftovers,
     only_backend,
@@ -343,6 +345,41 @@ def test_a_pod_the_kubelet_ended_at_its_deadline_is_deleted_not_left_terminating
         time.sleep(0.5)
     fresh_server.stop()
     assert leftovers(fresh_server) == []
+
+
+@contextlib.contextmanager
+def _kubelet_frozen() -> Iterator[None]:
+    """The test node's kubelet stopped (SIGSTOP): it confirms no deletion meanwhile."""
+    pid = int((CLUSTER_DIR / "run" / "kubelet.pid").read_text())
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_a_pod_still_being_deleted_at_shutdown_is_forced_out_not_left_terminating(fresh_server):
+    """A graceful delete waits for the kubelet; once the orchestrator has stopped, nothing
+    would force out a pod whose deletion the kubelet never confirms (seen on 1.20 after an
+    API server restart). Shutdown gives such pods a moment, then force-deletes them."""
+    fresh_server.start()
+    with SandboxClient(base_url=fresh_server.url, auto_cleanup=False) as client:
+        sbx = client.create_sandbox(BUSYBOX_IMAGE)
+        name = f"orchard-{sbx.sandbox_id}"
+        with _kubelet_frozen():
+            sbx.delete()
+            pod = _pod_or_none(fresh_server, name)
+            assert pod is not None and pod["metadata"].get("deletionTimestamp"), pod
+            fresh_server.stop()
+            # Gone from the API while the kubelet still sleeps: the orchestrator did it.
+            assert _pod_or_none(fresh_server, name) is None
+    assert "still being deleted at shutdown" in fresh_server.log()
+    assert leftovers(fresh_server) == []
+    # The kubelet, awake again, stops the containers of the pod it no longer finds.
+    deadline = time.monotonic() + 60
+    while containers := docker("ps", "-aq", "--filter", f"name=_{name}_"):
+        assert time.monotonic() < deadline, containers
+        time.sleep(0.5)
 
 
 def _kubeconfig_with_a_client_key(path: Path) -> Path:

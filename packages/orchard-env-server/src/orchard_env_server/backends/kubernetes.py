@@ -61,6 +61,9 @@ _EXPIRY_SLACK_S = 5.0
 
 
 _FORCE_RETRY_S = 15.0
+# On shutdown, how long this process's pods being deleted get to go by themselves before
+# they are force-deleted: no maintenance pass runs after it to force them later.
+_CLOSE_DRAIN_S = 5.0
 
 
 class KubernetesBackend:
@@ -165,8 +168,36 @@ class KubernetesBackend:
             ]
             await asyncio.gather(*(self.delete(r) for r in mine), return_exceptions=True)
         if self._api is not None:
+            with contextlib.suppress(KubeError):
+                await self._drain_deletions(_CLOSE_DRAIN_S)
             self._api.close()
         self._credentials.remove()
+
+    async def _drain_deletions(self, wait_s: float) -> None:
+        """Before this process goes: retry deletions the API refused, then give this
+        orchestrator's pods being deleted ``wait_s`` to go, and force out those still there.
+
+        A graceful delete needs the kubelet's confirmation, which 1.20 sometimes never
+        sends (seen after an API server restart); with no process left to force the pod
+        later, it would stay ``Terminating`` until another orchestrator starts.
+        """
+        for name in list(self._doomed):
+            await self._delete_objects(name)
+        mine = f"{SANDBOX_SELECTOR},{LABEL_ORCHESTRATOR}={label_value(self._orchestrator)}"
+        deadline = time.monotonic() + wait_s
+        while True:
+            pods, _ = await self.api.list_objects("pods", mine)
+            deleting = [p for p in pods if p["metadata"].get("deletionTimestamp")]
+            if not deleting:
+                return
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.25)
+        for pod in deleting:
+            meta = pod["metadata"]
+            await self._force_delete(
+                meta["name"], str(meta.get("uid") or ""), "still being deleted at shutdown"
+            )
 
     # -- create / ready / delete ----------------------------------------------------
     async def create(self, record: SandboxRecord) -> None:
