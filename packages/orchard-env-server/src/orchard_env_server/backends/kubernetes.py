@@ -168,8 +168,9 @@ class KubernetesBackend:
             ]
             await asyncio.gather(*(self.delete(r) for r in mine), return_exceptions=True)
         if self._api is not None:
-            with contextlib.suppress(KubeError):
-                await self._drain_deletions(_CLOSE_DRAIN_S)
+            # Bounded: with the API unreachable each call could wait out its timeouts.
+            with contextlib.suppress(KubeError, TimeoutError):
+                await asyncio.wait_for(self._drain_deletions(_CLOSE_DRAIN_S), 3 * _CLOSE_DRAIN_S)
             self._api.close()
         self._credentials.remove()
 
