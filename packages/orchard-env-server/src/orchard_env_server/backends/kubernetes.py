@@ -182,8 +182,7 @@ class KubernetesBackend:
         sends (seen after an API server restart); with no process left to force the pod
         later, it would stay ``Terminating`` until another orchestrator starts.
         """
-        for name in list(self._doomed):
-            await self._delete_objects(name)
+        await self._retry_refused_deletions()
         mine = f"{SANDBOX_SELECTOR},{LABEL_ORCHESTRATOR}={label_value(self._orchestrator)}"
         deadline = time.monotonic() + wait_s
         while True:
@@ -286,6 +285,10 @@ class KubernetesBackend:
             return False
         self._doomed.discard(name)
         return True
+
+    async def _retry_refused_deletions(self) -> None:
+        for name in list(self._doomed):
+            await self._delete_objects(name)
 
     async def _delete_pod(self, name: str) -> None:
         pod = self._pods.objects.get(name) if self._pods is not None else None
@@ -485,8 +488,7 @@ class KubernetesBackend:
                 log.exception("kubernetes housekeeping failed")
 
     async def _maintain_once(self) -> None:
-        for name in list(self._doomed):
-            await self._delete_objects(name)
+        await self._retry_refused_deletions()
         # Deleted pods still there long past their grace period get force-deleted.
         now = time.monotonic()
         for name in list(self._deleting_since):
