@@ -223,7 +223,7 @@ def test_an_adopted_agent_of_older_code_is_replaced_unless_commands_run_in_it(
     fresh_server.start()
     url = fresh_server.url
     sid = str(create_ready(url, {"image": "host"})["sandbox_id"])
-    old_pid = json.loads((fresh_server.state_dir / "agent.json").read_text())["pid"]
+    old_pid = agent_pid(fresh_server, sid)
     job = httpx.post(f"{url}/sandboxes/{sid}/exec", json={"command": "sleep 60"}).json()
 
     fresh_server.kill()
@@ -231,14 +231,14 @@ def test_an_adopted_agent_of_older_code_is_replaced_unless_commands_run_in_it(
     fresh_server.start()  # a command runs in the old agent: it is kept, and /health says so
     warnings = httpx.get(f"{url}/health").json()["warnings"]
     assert any("before an upgrade" in w and "(1 now)" in w for w in warnings), warnings
-    assert json.loads((fresh_server.state_dir / "agent.json").read_text())["pid"] == old_pid
+    assert agent_pid(fresh_server, sid) == old_pid
     assert httpx.get(f"{url}/jobs/{job['job_id']}").json()["status"] == "running"
     httpx.post(f"{url}/jobs/{job['job_id']}/cancel").raise_for_status()
 
     fresh_server.kill()
     fresh_server.start()  # nothing runs in it now: replaced, and the sandbox is served on
     assert not [w for w in httpx.get(f"{url}/health").json()["warnings"] if "upgrade" in w]
-    new_pid = json.loads((fresh_server.state_dir / "agent.json").read_text())["pid"]
+    new_pid = agent_pid(fresh_server, sid)
     assert new_pid != old_pid and _ended(old_pid)
     assert psutil.Process(new_pid).environ().get("PYTHONPATH") == str(upgraded)
     done = httpx.post(f"{url}/sandboxes/{sid}/exec", json={"command": "echo served", "wait": True})
