@@ -1,5 +1,6 @@
 """The Docker backend's own mechanisms, against the real engine: injection into any image,
-limits, egress, containers dying behind the orchestrator's back, adoption after a restart.
+confinement (capabilities, seccomp, nothing of the host), limits, egress, containers dying
+behind the orchestrator's back, adoption after a restart.
 
 The shared suite (test_exec, test_files, ...) runs on Docker too; this file holds what only
 a container engine has.
@@ -8,7 +9,9 @@ a container engine has.
 from __future__ import annotations
 
 import json
+import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -16,6 +19,7 @@ import pytest
 
 from orchard_env_client import SandboxClient
 from orchard_env_client.errors import OrchardError, SandboxFailed
+from orchard_env_server.backends.hardening import SANDBOX_CAPABILITIES, capability_mask
 from orchard_testing import BUSYBOX_IMAGE, docker, leftovers, only_backend, wait_until_it_runs_again
 
 pytestmark = [pytest.mark.integration, only_backend("docker")]
@@ -89,6 +93,76 @@ def test_the_images_workdir_env_and_user_are_honoured(client, tmp_path: Path):
         sbx.delete()
     finally:
         docker("rmi", "-f", "orchard-test/custom:latest", check=False)
+
+
+def _proc_status(sbx, fields: str = "Cap|Seccomp|NoNewPrivs") -> dict[str, str]:
+    out = sbx.exec(f"grep -E '^({fields})' /proc/self/status").stdout
+    return {k: v.strip() for k, v in (line.split(":", 1) for line in out.splitlines())}
+
+
+@pytest.mark.parametrize("block_network", [True, False])
+def test_the_container_keeps_only_the_sandbox_capabilities_and_gets_nothing_of_the_host(
+    client, block_network
+):
+    sbx = client.create_sandbox(BUSYBOX_IMAGE, block_network=block_network)
+    container = _container(sbx.sandbox_id)
+    host = container["HostConfig"]
+    assert host["CapDrop"] == ["ALL"]
+    assert sorted(host["CapAdd"]) == sorted(SANDBOX_CAPABILITIES)
+    assert host["SecurityOpt"] == ["no-new-privileges"]  # no seccomp=unconfined, no apparmor
+    assert host["Privileged"] is False and host["PublishAllPorts"] is False
+    assert not host.get("PortBindings") and not container["NetworkSettings"]["Ports"]
+    assert not host.get("Devices") and not host.get("Binds")
+    assert (host["PidMode"], host["UsernsMode"], host["UTSMode"]) == ("", "", "")
+    assert host["IpcMode"] != "host" and host["NetworkMode"] != "host"
+    assert sorted(m["Destination"] for m in container["Mounts"]) == [
+        "/.orchard/agent", "/.orchard/run",
+    ]  # fmt: skip
+    assert [m["RW"] for m in container["Mounts"] if m["Destination"] == "/.orchard/agent"] == [
+        False
+    ]
+    # Inside, a root shell holds exactly the kept set, under the engine's seccomp filter.
+    assert sbx.exec("id -u").stdout == "0\n"
+    status = _proc_status(sbx)
+    for field in ("CapEff", "CapPrm", "CapBnd"):
+        assert int(status[field], 16) == capability_mask(), (field, status)
+    assert int(status["CapAmb"], 16) == 0
+    assert (status["Seccomp"], status["NoNewPrivs"]) == ("2", "1")
+    refused = sbx.exec("mknod /tmp/disk b 8 0 && echo made")
+    assert refused.exit_code != 0 and "made" not in refused.stdout
+    assert sbx.exec("touch /tmp/owned && chown 65534:65534 /tmp/owned && echo ok").stdout == (
+        "ok\n"
+    )  # what stays: a root shell still owns its files
+    sbx.delete()
+
+
+def test_an_agent_socket_replaced_by_a_symlink_is_not_followed(client, tmp_path: Path):
+    """The run directory is the sandbox's to write: a command can swap the agent's socket
+    for a link to a host socket. The orchestrator connects only to a socket, never through
+    a link, so the host's socket (here a trap of the test's own) gets no connection."""
+    trap_path = tmp_path / "host.sock"
+    trap = socket.socket(socket.AF_UNIX)
+    trap.bind(str(trap_path))
+    trap.listen(16)
+    trap.setblocking(False)
+    sbx = client.create_sandbox(BUSYBOX_IMAGE)
+    swap = sbx.exec(f"rm /.orchard/run/agent.sock && ln -s {trap_path} /.orchard/run/agent.sock")
+    assert swap.exit_code == 0, swap
+
+    def one_more(_: int) -> str:
+        try:
+            return str(sbx.exec("sleep 0.5; echo done", timeout=10).error)
+        except OrchardError as exc:
+            return str(exc)
+
+    # Concurrent commands need new connections beyond the one kept alive.
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(one_more, range(4)))
+    assert any("not a unix socket" in a for a in answers), answers
+    with pytest.raises(BlockingIOError):
+        trap.accept()
+    trap.close()
+    sbx.delete()
 
 
 def test_cpu_memory_and_pids_become_container_limits(client):

@@ -17,6 +17,7 @@ import yarl
 
 from .errors import ApiError, backend_unavailable
 from .records import AgentEndpoint
+from .unix_sockets import PinnedUnixConnector
 
 _HOP_BY_HOP = {
     "connection",
@@ -96,7 +97,7 @@ async def stream_body(response: AgentStream) -> AsyncIterator[bytes]:
 def _session(per_sandbox: int, uds: str | None) -> aiohttp.ClientSession:
     connector: aiohttp.BaseConnector
     if uds:
-        connector = aiohttp.UnixConnector(path=uds, limit=per_sandbox)
+        connector = PinnedUnixConnector(path=uds, limit=per_sandbox)
     else:
         connector = aiohttp.TCPConnector(limit=per_sandbox, use_dns_cache=False)
     return aiohttp.ClientSession(

@@ -27,6 +27,7 @@ import aiohttp
 
 from ..records import AgentEndpoint, SandboxRecord, load_record, save_record
 from ..settings import Settings
+from ..unix_sockets import PinnedUnixConnector
 from .base import RESTART_LOSS, BackendError, BackendUnavailable, SandboxRegistry
 from .docker_api import DockerEngine, EngineError
 from .docker_injection import AgentMount, prepare_agent_mount
@@ -38,6 +39,7 @@ from .docker_spec import (
     container_name,
     container_spec,
 )
+from .hardening import engine_seccomp_warning
 
 log = logging.getLogger("orchard_env_server")
 
@@ -62,6 +64,7 @@ class DockerBackend:
         self._dead: dict[str, str] = {}  # container id → why it stopped
         self._watcher: asyncio.Task[None] | None = None
         self._engine_error: str | None = None
+        self._seccomp_warning: str | None = None
 
     def attach(self, registry: SandboxRegistry) -> None:
         """Every sandbox here is one this process made or found on start: nothing to tell."""
@@ -80,12 +83,22 @@ class DockerBackend:
                 "or point DOCKER_HOST at one"
             ) from exc
         log.info("docker engine %s at %s", version.get("Version"), self._engine.address)
+        await self._check_engine_security()
         self._agent = await prepare_agent_mount(
             self._engine, self._settings.agent_image, self._settings.agent_bundle
         )
         found = await self._recover()
         self._watcher = asyncio.create_task(self._watch_forever(), name="orchard-docker-events")
         return found
+
+    async def _check_engine_security(self) -> None:
+        try:
+            info = await self._engine.info()
+        except EngineError as exc:
+            raise BackendError(f"cannot read the Docker engine's info: {exc}") from exc
+        self._seccomp_warning = engine_seccomp_warning(info.get("SecurityOptions"))
+        if self._seccomp_warning:
+            log.warning("%s: sandboxes are not filtered by seccomp", self._seccomp_warning)
 
     def _orchestrator_id(self) -> str:
         """Stable across restarts on one state dir: whose containers these are."""
@@ -180,7 +193,7 @@ class DockerBackend:
     async def wait_ready(self, record: SandboxRecord) -> None:
         container = record.backend_state["container_id"]
         assert record.agent is not None and record.agent.uds
-        connector = aiohttp.UnixConnector(path=record.agent.uds)
+        connector = PinnedUnixConnector(path=record.agent.uds)
         async with aiohttp.ClientSession(
             connector=connector, timeout=aiohttp.ClientTimeout(total=2.0)
         ) as http:
@@ -221,7 +234,7 @@ class DockerBackend:
 
     # -- facts ----------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
-        warnings = [self._engine_error] if self._engine_error else []
+        warnings = [w for w in (self._engine_error, self._seccomp_warning) if w]
         return {"isolation": "docker", "warnings": warnings}
 
     async def resources(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import attrs
 
 from .base import BackendError
 from .docker_api import DockerEngine, EngineError
+from .hardening import docker_confinement
 
 log = logging.getLogger("orchard_env_server")
 
@@ -134,6 +135,7 @@ async def _run_injector(engine: DockerEngine, image: str, volume: str, argv: lis
         "Cmd": argv[1:],
         "Labels": {"org.orchard.role": "agent-injector"},
         "HostConfig": {
+            **docker_confinement(),
             "NetworkMode": "none",
             "Mounts": [{"Type": "volume", "Source": volume, "Target": "/target"}],
         },

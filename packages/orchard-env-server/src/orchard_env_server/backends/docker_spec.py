@@ -9,6 +9,7 @@ from ..records import SandboxRecord
 from ..settings import Settings
 from .base import BackendError
 from .docker_injection import RUN_MOUNT, AgentMount, agent_entry
+from .hardening import docker_confinement
 
 LABEL_SANDBOX = "org.orchard.sandbox-id"
 LABEL_TENANT = "org.orchard.tenant"
@@ -48,10 +49,10 @@ def container_spec(
     orchestrator reaches the agent through the unix socket on the shared run directory.
     """
     host: dict[str, Any] = {
+        **docker_confinement(),
         "Mounts": [agent.spec(), {"Type": "bind", "Source": run_dir, "Target": RUN_MOUNT}],
         "NetworkMode": "none" if record.block_network else settings.docker_network,
         "PidsLimit": settings.pids_limit,
-        "SecurityOpt": ["no-new-privileges"],
         "RestartPolicy": {"Name": "no"},
         "LogConfig": {"Type": "json-file", "Config": {"max-size": "1m", "max-file": "1"}},
     }

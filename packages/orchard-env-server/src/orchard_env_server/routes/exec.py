@@ -20,6 +20,7 @@ from ..errors import ApiError, job_not_found
 from ..records import AgentEndpoint, SandboxRecord
 from ..schemas import ApplyPatchRequest, ExecRequest, JobInfo, JobQueued, PatchResult
 from ..service import SandboxService
+from ..unix_sockets import pinned_socket
 from .deps import agents, request_id
 from .sandboxes import Service, Tenant
 
@@ -227,18 +228,18 @@ async def proxy_websocket(websocket: WebSocket, sandbox_id: str, agent_path: str
     if websocket.url.query:
         url += "?" + websocket.url.query
     try:
-        connect = (
-            functools.partial(websockets.unix_connect, endpoint.uds)
-            if endpoint.uds
-            else websockets.connect
-        )
-        async with connect(
-            url, additional_headers=endpoint.headers(), max_size=None,
-            subprotocols=requested_subprotocols(websocket),  # type: ignore[arg-type]
-        ) as upstream:  # fmt: skip
-            await websocket.accept(subprotocol=upstream.subprotocol)
-            with record.in_use():  # a terminal in use keeps its sandbox from idling out
-                await relay(websocket, upstream)
+        with contextlib.ExitStack() as pins:
+            path = pins.enter_context(pinned_socket(endpoint.uds)) if endpoint.uds else None
+            connect = (
+                functools.partial(websockets.unix_connect, path) if path else websockets.connect
+            )
+            async with connect(
+                url, additional_headers=endpoint.headers(), max_size=None,
+                subprotocols=requested_subprotocols(websocket),  # type: ignore[arg-type]
+            ) as upstream:  # fmt: skip
+                await websocket.accept(subprotocol=upstream.subprotocol)
+                with record.in_use():  # a terminal in use keeps its sandbox from idling out
+                    await relay(websocket, upstream)
     except (OSError, websockets.WebSocketException) as exc:
         with contextlib.suppress(Exception):
             await websocket.close(code=1011, reason=f"sandbox agent: {exc}"[:120])
