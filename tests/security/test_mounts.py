@@ -28,12 +28,13 @@ def mount_of(path):
                key=lambda m: len(m[0]))
 """
 
-# For each target: the bind remount (per-mount flags, this sandbox's mount namespace only)
-# and the superblock remount (``mount -o remount,rw``), by mount(2) and by mount(8) when
-# the image has it. The superblock one only for a disk's (or overlay's) filesystem that is
-# read-write already, keeping its other flags (sync, mand, lazytime, i_version), so that
-# even a success would change nothing for the host (never for cgroupfs, proc, sysfs...,
-# whose remount can reset host-wide options). Then try to create a file in the target.
+# For each target: the bind remount (per-mount flags, this sandbox's mount namespace only),
+# by mount(2) and by mount(8) when the image has it (``mount -o remount,bind,rw``), and the
+# superblock remount (``mount -o remount,rw``) by mount(2) alone: mount(8) would take the
+# options of the fstab it finds. The superblock one only for a disk's (or overlay's)
+# filesystem that is read-write already, keeping its other flags (sync, mand, lazytime,
+# i_version), so that even a success would change nothing for the host (never cgroupfs,
+# proc, sysfs..., whose remount can reset host-wide options). Then create a file in it.
 REMOUNT_PROBE = (
     MOUNTINFO
     + """
@@ -69,8 +70,6 @@ for target in targets:
     if "rw" in super_options and fstype in DISKS:
         tried["superblock"] = call(libc.mount, None, target.encode(), None,
                                    MS_REMOUNT | flags(options + super_options), None)
-        if out["mount(8)"]:
-            tried["mount(8) superblock"] = mount8("remount", "rw")
     path = os.path.join(target, ARGS["name"])
     out["writes"][target] = attempt(lambda: os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)))
     if out["writes"][target] == "ok":

@@ -115,9 +115,10 @@ def test_a_sandbox_cannot_read_another_sandboxs_files(server, client, image, blo
         host_pid = wait_for_host_pid(marker)
         # Where the files are on the host: through the other sandbox's root, and wherever
         # its backend keeps them (the local state dir, Docker's storage).
+        stored = find_on_host(name, [server.state_dir, Path("/var/lib/docker")])
+        assert stored, "the other sandbox's files are nowhere on the host: nothing to try"
         paths = [f"/proc/{host_pid}/root{folder}/{name}" for folder in ("/workspace", "/tmp")]
-        paths += find_on_host(name, [server.state_dir, Path("/var/lib/docker")])
-        assert len(paths) >= 2
+        paths += stored
         result = search(blocked_sandbox, [name], [content], paths)
         job.cancel()
     assert_found_nothing(result)
