@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -57,11 +58,52 @@ def test_a_blocked_network_has_only_loopback(client):
     assert "lo:" in dev and "eth0" not in dev
 
 
-def test_an_open_network_shares_the_hosts_interfaces(client):
+def _backend_state(server, sandbox_id: str) -> dict:
+    record = server.state_dir / "sandboxes" / sandbox_id / "record.json"
+    return json.loads(record.read_text())["backend_state"]
+
+
+def test_an_open_network_is_a_namespace_of_its_own_with_user_mode_egress(server, client):
     sbx = client.create_sandbox("host", block_network=False)
-    host_dev = Path("/proc/net/dev").read_text().split("\n")[2:]
-    sandbox_dev = sbx.exec("cat /proc/net/dev").stdout
-    assert len([line for line in host_dev if ":" in line]) == sandbox_dev.count(":")
+    dev = sbx.exec("cat /proc/net/dev").stdout
+    assert "tap0:" in dev and "lo:" in dev and dev.count(":") == 2  # not the host's devices
+    assert "0202000A" in sbx.exec("cat /proc/net/route").stdout  # default via 10.0.2.2
+    assert sbx.exec("cat /etc/resolv.conf").stdout == "nameserver 10.0.2.3\n"
+    state = _backend_state(server, sbx.sandbox_id)
+    host_net = os.stat("/proc/self/ns/net").st_ino
+    assert os.stat(f"/proc/{state['holder_pid']}/ns/net").st_ino != host_net
+    egress = state["egress_pid"]
+    assert "slirp4netns" in Path(f"/proc/{egress}/cmdline").read_text()
+    sbx.delete()
+    assert not Path(f"/proc/{egress}").exists() or "slirp4netns" not in (
+        Path(f"/proc/{egress}/cmdline").read_text()
+    ), "slirp4netns outlived its sandbox"
+
+
+def test_sandbox_root_is_an_unprivileged_host_uid_of_its_own(server, client):
+    a, b = client.create_sandbox("host"), client.create_sandbox("host")
+    a.exec("touch /workspace/made-inside")
+    a.upload_content("/workspace/uploaded", "x")
+    uid_a = _backend_state(server, a.sandbox_id)["uid"]
+    uid_b = _backend_state(server, b.sandbox_id)["uid"]
+    assert uid_a >= 1_000_000_000 and uid_b >= 1_000_000_000 and uid_a != uid_b
+    workspace = server.state_dir / "sandboxes" / a.sandbox_id / "workspace"
+    for name in ("made-inside", "uploaded"):
+        st = (workspace / name).stat()
+        assert (st.st_uid, st.st_gid) == (uid_a, uid_a), name
+    assert a.exec("id -u; stat -c %u /workspace/uploaded").stdout == "0\n0\n"
+    assert a.exec("echo more >> /workspace/uploaded").exit_code == 0
+
+
+def test_the_host_view_is_minimal(client):
+    sbx = client.create_sandbox("host")
+    top = set(sbx.exec("ls -A /").stdout.split())
+    assert top <= {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev",
+                   "proc", "tmp", "workspace"}, top  # fmt: skip
+    etc = set(sbx.exec("ls -A /etc").stdout.split())
+    assert "shadow" not in etc and "ssh" not in etc and "machine-id" not in etc
+    assert {"passwd", "os-release", "ld.so.cache"} <= etc
+    assert sbx.exec("python3 -c 'print(6 * 7)'").stdout == "42\n"
 
 
 def _minimal_rootfs(root: Path) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -57,11 +56,10 @@ asyncio.run(main())
 
 def test_a_websocket_server_inside_the_sandbox_is_reachable(server, sandbox):
     sandbox.upload_content("/workspace/echo_ws.py", ECHO_SERVER)
-    # The sandbox sees the host root (not the host's /tmp, where a venv may live): run the
-    # base interpreter with a copy of `websockets` in the sandbox's own workspace.
+    # The sandbox sees the host's /usr (locally) or its image, not this test's virtualenv:
+    # run its python3 with a copy of `websockets` in the sandbox's own workspace.
     sandbox.upload_dir(Path(websockets.__file__).parent, "/workspace/lib/websockets")
-    python = sys._base_executable if server.backend == "local" else "python3"  # the image's
-    sandbox.start([python, "/workspace/echo_ws.py"], env={"PYTHONPATH": "/workspace/lib"})
+    sandbox.start(["python3", "/workspace/echo_ws.py"], env={"PYTHONPATH": "/workspace/lib"})
     url = server.url.replace("http://", "ws://") + f"/sandboxes/{sandbox.sandbox_id}/ports/8124/"
     deadline = time.monotonic() + 20
     while True:

@@ -140,7 +140,10 @@ SKIP = {"proc", "dev", "sys", "tmp", "workspace"}
 
 
 def start_holder(ws: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """A bubblewrap holder like the local backend's, with ``ws`` as /workspace."""
+    """A bubblewrap holder like the local backend's, with ``ws`` as /workspace: a user
+    namespace of its own (orchard-enter refuses holders without one), here mapping the
+    caller's uid as root; the orchestrator's (unprivileged ranges, seccomp, staged
+    sources) are tested in tests/test_isolation.py and tests/security/."""
     args = ["bwrap", "--tmpfs", "/"]
     for entry in sorted(os.listdir("/")):
         if entry in SKIP:
@@ -164,6 +167,11 @@ def start_holder(ws: Path) -> tuple[subprocess.Popen[bytes], int]:
         "--dev",
         "/dev",
         "--unshare-all",
+        "--unshare-user",
+        "--uid",
+        "0",
+        "--gid",
+        "0",
         "--info-fd",
         str(w),
         "/bin/sh",

@@ -1,4 +1,4 @@
-"""orchard-enter, the compiled sandbox entry, behaves as the ``sh`` + ``nsenter`` it replaces."""
+"""orchard-enter, the compiled sandbox entry: namespaces, cgroups, credentials and seccomp."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ import pytest
 from agent_harness import start_holder
 
 from orchard_env_agent import enter
-from orchard_env_agent.process import in_cgroups
-from orchard_env_agent.runner import nsenter_prefix
 
 pytestmark = [
     pytest.mark.integration,
@@ -51,34 +49,60 @@ def helper(tmp_path_factory: pytest.TempPathFactory) -> str:
     return built
 
 
-def _both(
-    helper: str, holder: int, cwd: str, argv: list[str]
-) -> tuple[subprocess.CompletedProcess[bytes], subprocess.CompletedProcess[bytes]]:
-    """The same command through the helper and through sh + nsenter."""
-    via_helper = subprocess.run(enter.enter_argv(helper, holder, cwd, [], argv),
-                                capture_output=True, start_new_session=True)  # fmt: skip
-    old = in_cgroups(nsenter_prefix(holder, cwd) + argv, [])
-    via_nsenter = subprocess.run(old, capture_output=True, start_new_session=True)
-    return via_helper, via_nsenter
+def _enter(helper: str, holder: int, cwd: str, argv: list[str]) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
+    return subprocess.run(enter.enter_argv(helper, holder, cwd, [], argv),
+                          capture_output=True, start_new_session=True)  # fmt: skip
 
 
-def test_same_outcome_as_nsenter(helper: str, holder: int) -> None:
+def test_the_command_runs_in_the_sandbox_with_its_status(helper: str, holder: int) -> None:
     script = "pwd; hostname; ls /workspace >/dev/null; echo err >&2; exit 3"
-    new, old = _both(helper, holder, "/workspace", ["sh", "-c", script])
-    assert (new.returncode, new.stdout, new.stderr) == (old.returncode, old.stdout, old.stderr)
-    assert new.returncode == 3 and new.stdout.startswith(b"/workspace\n")
+    done = _enter(helper, holder, "/workspace", ["sh", "-c", script])
+    assert done.returncode == 3 and done.stdout.startswith(b"/workspace\n")
+    assert done.stderr == b"err\n"
     # Its own pid namespace: the command is a low pid there, not the host's.
-    new, _ = _both(helper, holder, "/", ["sh", "-c", "echo $$"])
-    assert int(new.stdout) < 100
+    done = _enter(helper, holder, "/", ["sh", "-c", "echo $$"])
+    assert int(done.stdout) < 100
 
 
 def test_exit_by_signal_is_reported_as_that_signal(helper: str, holder: int) -> None:
-    new, old = _both(helper, holder, "/", ["sh", "-c", "kill -KILL $$"])
-    assert new.returncode == old.returncode == -signal.SIGKILL
+    assert _enter(helper, holder, "/", ["sh", "-c", "kill -KILL $$"]).returncode == -signal.SIGKILL
+
+
+def _status(helper: str, holder: int) -> dict[str, str]:
+    done = _enter(helper, holder, "/", ["cat", "/proc/self/status"])
+    assert done.returncode == 0, done.stderr
+    return dict(line.split(":\t", 1) for line in done.stdout.decode().splitlines() if ":\t" in line)
+
+
+def test_commands_keep_only_a_containers_capabilities_with_seccomp(helper: str, holder: int) -> None:  # fmt: skip
+    status = _status(helper, holder)
+    kept = 0x800405FB  # chown dac_override fowner fsetid kill setgid setuid setpcap
+    # net_bind_service sys_chroot setfcap: Docker's default less mknod, net_raw, audit_write
+    assert int(status["CapEff"], 16) == kept and int(status["CapBnd"], 16) == kept
+    assert status["CapAmb"].strip() == "0000000000000000"
+    assert status["NoNewPrivs"].strip() == "1" and status["Seccomp"].strip() == "2"
+    refused = _enter(helper, holder, "/", ["sh", "-c", "unshare -U true || mknod /tmp/d b 8 0"])
+    assert refused.returncode != 0 and b"Operation not permitted" in refused.stderr
+
+
+def test_the_seccomp_program_is_printed_whole(helper: str) -> None:
+    bpf = subprocess.run([helper, "--seccomp-bpf"], capture_output=True, check=True).stdout
+    assert bpf and len(bpf) % 8 == 0  # struct sock_filter: 8 bytes an instruction
+
+
+def test_a_holder_without_a_user_namespace_is_refused(helper: str, tmp_path: Path) -> None:
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        done = subprocess.run(enter.enter_argv(helper, sleeper.pid, "/", [], ["true"]),
+                              capture_output=True)  # fmt: skip
+        assert done.returncode == 125 and b"no user namespace of its own" in done.stderr
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 def test_missing_command_and_bad_cwd(helper: str, holder: int) -> None:
-    new, _ = _both(helper, holder, "/", ["no-such-binary-here"])
+    new = _enter(helper, holder, "/", ["no-such-binary-here"])
     assert new.returncode == 127 and b"no-such-binary-here" in new.stderr
     new = subprocess.run(enter.enter_argv(helper, holder, "/no/such/dir", [], ["true"]),
                          capture_output=True)  # fmt: skip

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from orchard_env_server.auth import tenant_for
-from orchard_env_server.backends.bubblewrap import HolderSpec, holder_argv
 from orchard_env_server.errors import ApiError
 from orchard_env_server.records import AgentEndpoint, SandboxRecord
 from orchard_env_server.settings import parse_api_keys
@@ -42,17 +39,3 @@ def test_a_record_survives_persistence():
     again = SandboxRecord.from_persisted(record.to_persisted())
     assert again.to_persisted() == record.to_persisted()
     assert again.expires_at == pytest.approx(record.created_at + 5)
-
-
-def test_holder_arguments_block_the_network_unless_asked(tmp_path):
-    spec = HolderSpec("s1", Path("/"), tmp_path / "w", tmp_path / "t", block_network=True,
-                      masks=[str(tmp_path)])  # fmt: skip
-    argv = holder_argv(spec, 9)
-    assert "--unshare-all" in argv and "--share-net" not in argv
-    assert argv[argv.index("--info-fd") + 1] == "9"
-    assert ["--bind", str(tmp_path / "w"), "/workspace"] == argv[
-        argv.index(str(tmp_path / "w")) - 1 : argv.index(str(tmp_path / "w")) + 2
-    ]
-    spec.block_network = False
-    assert "--share-net" in holder_argv(spec, 9)
-    assert "/proc" not in [argv[i + 1] for i, a in enumerate(argv) if a == "--ro-bind"]

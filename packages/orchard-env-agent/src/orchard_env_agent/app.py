@@ -269,6 +269,7 @@ class Agent:
             holder_pid=body.get("holder_pid"),
             mounts=mounts,
             cgroup_procs=body.get("cgroup_procs", []),
+            owner=tuple(body["owner"]) if "owner" in body else None,
         )
         self.registry.add(ctx)
         return JSONResponse({"sandbox_id": ctx.sandbox_id, "status": "registered"}, 201)

@@ -29,6 +29,10 @@ class SandboxContext:
     mounts: list[Mount]
     # The sandbox's cgroups (local backend): every command moves itself in before it runs.
     cgroup_procs: list[str] = field(default_factory=list)
+    # The host (uid, gid) of the sandbox's root (local backend, isolated): the file API
+    # acts as them, so what it writes belongs to the sandbox and it can do no more than
+    # an unprivileged host user could.
+    owner: tuple[int, int] | None = None
     jobs: JobStore = field(init=False)
     _has_bash: bool | None = field(default=None, init=False)
 

@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from . import tarsafe
 from .context import SandboxContext
 from .errors import ApiError, invalid
+from .owner import SandboxIO
 from .paths import Resolved, require_exists, require_writable, resolve
 
 CHUNK = 1 << 20
@@ -37,16 +38,14 @@ def _query_path(request: Request) -> str:
     return path
 
 
-def _write_atomic(r: Resolved, data: bytes) -> int:
-    parent = os.path.dirname(r.host_path) or "/"
-    if r.is_dir:
-        raise ApiError(400, "is_a_directory", f"{r.sandbox_path!r} is a directory")
+def _write_atomic(target: str, data: bytes) -> int:
+    parent = os.path.dirname(target) or "/"
     os.makedirs(parent, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=parent, prefix=".orchard-upload-")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        os.replace(tmp, r.host_path)
+        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -77,15 +76,18 @@ async def post_file(ctx: SandboxContext, body: dict[str, Any]) -> Response:
         raise invalid("'content' is not valid base64") from None
     r = await resolve_async(ctx, path)
     require_writable(r)
+    if r.is_dir:
+        raise ApiError(400, "is_a_directory", f"{r.sandbox_path!r} is a directory")
     try:
-        size = await anyio.to_thread.run_sync(_write_atomic, r, data)
+        async with SandboxIO(ctx, r) as io:
+            size = await io.run(_write_atomic, io.path(r.host_path), data)
     except OSError as exc:
         raise _os_error(r, exc) from None
     return JSONResponse({"success": True, "path": r.sandbox_path, "size": size})
 
 
-def _read(r: Resolved) -> bytes:
-    with open(r.host_path, "rb") as fh:
+def _read(path: str) -> bytes:
+    with open(path, "rb") as fh:
         return fh.read()
 
 
@@ -95,7 +97,8 @@ async def get_file(ctx: SandboxContext, request: Request) -> Response:
     if r.is_dir:
         raise ApiError(400, "is_a_directory", f"{r.sandbox_path!r} is a directory")
     try:
-        data = await anyio.to_thread.run_sync(_read, r)
+        async with SandboxIO(ctx, r) as io:
+            data = await io.run(_read, io.path(r.host_path))
     except OSError as exc:
         raise _os_error(r, exc) from None
     return JSONResponse(
@@ -103,9 +106,9 @@ async def get_file(ctx: SandboxContext, request: Request) -> Response:
     )
 
 
-def _list(r: Resolved) -> list[dict[str, Any]]:
+def _list(path: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    with os.scandir(r.host_path) as it:
+    with os.scandir(path) as it:
         for entry in it:
             try:
                 st = entry.stat(follow_symlinks=False)
@@ -131,7 +134,8 @@ async def list_files(ctx: SandboxContext, request: Request) -> Response:
     if not r.is_dir:
         raise ApiError(400, "not_a_directory", f"{r.sandbox_path!r} is not a directory")
     try:
-        files = await anyio.to_thread.run_sync(_list, r)
+        async with SandboxIO(ctx, r) as io:
+            files = await io.run(_list, io.path(r.host_path))
     except OSError as exc:
         raise _os_error(r, exc) from None
     return JSONResponse({"path": r.sandbox_path, "files": files})
@@ -149,15 +153,15 @@ def _upload_cap(request: Request, limit: int) -> int:
     return min(limit, int(raw)) if raw.isdigit() else limit
 
 
-async def _receive_to_temp(request: Request, parent: str, limit: int) -> tuple[str, int]:
+async def _receive_to_temp(
+    request: Request, io: SandboxIO, parent: str, limit: int
+) -> tuple[str, int]:
     """Stream the request body into a temp file in `parent`; 413 (and no file) past `limit`."""
     limit = _upload_cap(request, limit)
     length = request.headers.get("content-length")
     if length and length.isdigit() and int(length) > limit:
         raise ApiError(413, "too_large", f"upload of {length} bytes exceeds the {limit} byte cap")
-    fd, tmp = await anyio.to_thread.run_sync(
-        lambda: tempfile.mkstemp(dir=parent, prefix=".orchard-upload-")
-    )
+    fd, tmp = await io.run(lambda: tempfile.mkstemp(dir=parent, prefix=".orchard-upload-"))
     fh = os.fdopen(fd, "wb", buffering=0)
     total = 0
     buf = bytearray()
@@ -176,7 +180,7 @@ async def _receive_to_temp(request: Request, parent: str, limit: int) -> tuple[s
     except BaseException as exc:
         fh.close()
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            await io.run(os.unlink, tmp)
         if isinstance(exc, ClientDisconnect):  # e.g. the orchestrator cut it off at its cap
             raise ApiError(400, "upload_aborted", "the upload ended before its body did") from None
         raise
@@ -199,32 +203,38 @@ async def put_fs(ctx: SandboxContext, request: Request, limit: int) -> Response:
     require_writable(r)
     archive = request.query_params.get("archive")
     try:
-        if archive:
-            if archive != "tar":
-                raise ApiError(400, "invalid_archive", "archive must be 'tar'")
-            if r.exists and not r.is_dir:
-                raise ApiError(400, "not_a_directory", f"{r.sandbox_path!r} is not a directory")
-            await anyio.to_thread.run_sync(lambda: os.makedirs(r.host_path, exist_ok=True))
-            tmp, size = await _receive_to_temp(request, r.host_path, limit)
-            try:
-                count = await anyio.to_thread.run_sync(_extract, tmp, r.host_path)
-            except tarfile.TarError as exc:
-                raise ApiError(400, "invalid_archive", f"not a readable tar: {exc}") from None
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-            return JSONResponse(
-                {"success": True, "path": r.sandbox_path, "size": size, "files": count}
-            )
-        if r.is_dir:
-            raise ApiError(400, "is_a_directory", f"{r.sandbox_path!r} is a directory")
-        parent = os.path.dirname(r.host_path)
-        await anyio.to_thread.run_sync(lambda: os.makedirs(parent, exist_ok=True))
-        tmp, size = await _receive_to_temp(request, parent, limit)
-        await anyio.to_thread.run_sync(os.replace, tmp, r.host_path)
+        async with SandboxIO(ctx, r) as io:
+            target = io.path(r.host_path)
+            if archive:
+                return await _put_archive(request, io, r, target, archive, limit)
+            if r.is_dir:
+                raise ApiError(400, "is_a_directory", f"{r.sandbox_path!r} is a directory")
+            parent = os.path.dirname(target)
+            await io.run(lambda: os.makedirs(parent, exist_ok=True))
+            tmp, size = await _receive_to_temp(request, io, parent, limit)
+            await io.run(os.replace, tmp, target)
     except OSError as exc:
         raise _os_error(r, exc) from None
     return JSONResponse({"success": True, "path": r.sandbox_path, "size": size})
+
+
+async def _put_archive(
+    request: Request, io: SandboxIO, r: Resolved, target: str, archive: str, limit: int
+) -> Response:
+    if archive != "tar":
+        raise ApiError(400, "invalid_archive", "archive must be 'tar'")
+    if r.exists and not r.is_dir:
+        raise ApiError(400, "not_a_directory", f"{r.sandbox_path!r} is not a directory")
+    await io.run(lambda: os.makedirs(target, exist_ok=True))
+    tmp, size = await _receive_to_temp(request, io, target, limit)
+    try:
+        count = await io.run(_extract, tmp, target)
+    except tarfile.TarError as exc:
+        raise ApiError(400, "invalid_archive", f"not a readable tar: {exc}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            await io.run(os.unlink, tmp)
+    return JSONResponse({"success": True, "path": r.sandbox_path, "size": size, "files": count})
 
 
 async def _file_chunks(fh: Any) -> AsyncIterator[bytes]:
@@ -265,17 +275,19 @@ def _tar_dir(host_dir: str, send: Any) -> None:
     w.flush()
 
 
-async def _tar_chunks(host_dir: str) -> AsyncIterator[bytes]:
+async def _tar_chunks(ctx: SandboxContext, r: Resolved) -> AsyncIterator[bytes]:
     send, receive = anyio.create_memory_object_stream[bytes](4)
+    async with SandboxIO(ctx, r) as io:
+        host_dir = io.path(r.host_path)
 
-    async def produce() -> None:
-        async with send:
-            await anyio.to_thread.run_sync(_tar_dir, host_dir, send.send)
+        async def produce() -> None:
+            async with send:
+                await io.run(_tar_dir, host_dir, send.send)
 
-    async with anyio.create_task_group() as tg, receive:
-        tg.start_soon(produce)
-        async for chunk in receive:
-            yield chunk
+        async with anyio.create_task_group() as tg, receive:
+            tg.start_soon(produce)
+            async for chunk in receive:
+                yield chunk
 
 
 async def get_fs(ctx: SandboxContext, request: Request) -> Response:
@@ -286,13 +298,14 @@ async def get_fs(ctx: SandboxContext, request: Request) -> Response:
             raise ApiError(400, "invalid_archive", "archive must be 'tar'")
         if not r.is_dir:
             raise ApiError(400, "not_a_directory", f"{r.sandbox_path!r} is not a directory")
-        return StreamingResponse(_tar_chunks(r.host_path), media_type="application/x-tar")
+        return StreamingResponse(_tar_chunks(ctx, r), media_type="application/x-tar")
     if r.is_dir:
         raise ApiError(
             400, "is_a_directory", f"{r.sandbox_path!r} is a directory (use archive=tar)"
         )
     try:
-        fh = await anyio.to_thread.run_sync(lambda: open(r.host_path, "rb"))  # noqa: SIM115
+        async with SandboxIO(ctx, r) as io:
+            fh = await io.run(open, io.path(r.host_path), "rb")
         size = os.fstat(fh.fileno()).st_size
     except OSError as exc:
         raise _os_error(r, exc) from None

@@ -17,9 +17,10 @@ from collections.abc import Callable
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from . import enter
 from .context import DEFAULT_PATH, SandboxContext
 from .process import REAPER, ExitInfo, join_cgroups
-from .runner import nsenter_prefix
+from .runner import NO_HELPER
 
 
 def _set_size(fd: int, cols: int, rows: int) -> None:
@@ -55,9 +56,16 @@ async def run_pty(ctx: SandboxContext, ws: WebSocket) -> None:
     env.setdefault("PATH", DEFAULT_PATH)
     env.setdefault("TERM", "xterm-256color")
     popen_cwd: str | None = cwd
+    cgroup_procs = ctx.cgroup_procs
     if ctx.holder_pid is not None:
-        argv = nsenter_prefix(ctx.holder_pid, cwd) + argv
-        popen_cwd = None
+        helper = enter.helper()
+        if helper is None:
+            await ws.accept()
+            await ws.send_bytes(f"{NO_HELPER}\r\n".encode())
+            await ws.close(code=1011)
+            return
+        argv = enter.enter_argv(helper, ctx.holder_pid, cwd, cgroup_procs, argv)
+        popen_cwd, cgroup_procs = None, []  # the helper joins them
     master, slave = _pty.openpty()
     _set_size(master, cols, rows)
     await ws.accept()
@@ -70,7 +78,7 @@ async def run_pty(ctx: SandboxContext, ws: WebSocket) -> None:
             cwd=popen_cwd,
             env=env,
             start_new_session=True,
-            preexec_fn=_child_setup(ctx.cgroup_procs),
+            preexec_fn=_child_setup(cgroup_procs),
             close_fds=True,
         )
     except (OSError, subprocess.SubprocessError) as exc:

@@ -23,11 +23,11 @@ def build_argv(ctx: SandboxContext, command: str | list[str], login_shell: bool)
     return [shell, "-lc" if login_shell else "-c", command]
 
 
-def nsenter_prefix(holder_pid: int, cwd: str) -> list[str]:
-    # util-linux 2.38 opens -w's directory *before* entering the namespaces, so it is given
-    # through the holder's root (/proc/PID/root/...) to land in the sandbox's filesystem.
-    wd = f"/proc/{holder_pid}/root" + (cwd if cwd.startswith("/") else "/" + cwd)
-    return ["nsenter", "-t", str(holder_pid), "-m", "-u", "-i", "-n", "-p", "-r", f"-w{wd}", "--"]
+NO_HELPER = (
+    "orchard-enter, which starts commands inside isolated sandboxes, is not available "
+    "(it is built on first use with the machine's C compiler): refusing to run the "
+    "command unconfined"
+)
 
 
 def _fail(job: Job, ctx: SandboxContext, exit_code: int | None, error: str) -> Job:
@@ -74,11 +74,10 @@ def start_job(
         probe = f"/proc/{ctx.holder_pid}/root{workdir}"
         popen_cwd = None
         helper = enter.helper()
-        if helper is not None:
-            argv = enter.enter_argv(helper, ctx.holder_pid, workdir, cgroup_procs, argv)
-            cgroup_procs = []  # the helper joins them
-        else:
-            argv = nsenter_prefix(ctx.holder_pid, workdir) + argv
+        if helper is None:
+            return _fail(job, ctx, None, NO_HELPER)
+        argv = enter.enter_argv(helper, ctx.holder_pid, workdir, cgroup_procs, argv)
+        cgroup_procs = []  # the helper joins them
     else:
         probe = workdir
         popen_cwd = workdir

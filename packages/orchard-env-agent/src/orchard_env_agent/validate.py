@@ -134,4 +134,8 @@ REGISTER_FIELDS: dict[str, tuple[Check, str]] = {
     "holder_pid": (lambda v: is_int(v) and v > 0, "a positive integer"),
     "mounts": (is_mounts, "a list of {path, host_path, writable}"),
     "cgroup_procs": (is_cgroup_procs, "a list of absolute paths to cgroup.procs files"),
+    "owner": (
+        lambda v: isinstance(v, list) and len(v) == 2 and all(is_int(i) and i > 0 for i in v),
+        "[uid, gid]: the host ids the sandbox's root is",
+    ),
 }

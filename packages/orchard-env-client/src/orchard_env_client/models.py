@@ -291,6 +291,7 @@ class Health(_Model):
     backend: str | None = None
     version: str | None = None
     isolation: str | None = None  # ext: e.g. "bubblewrap", "none"
+    isolation_details: list[str] = attrs.Factory(list)  # ext: what that isolation consists of
     warnings: list[str] = attrs.Factory(list)
 
 

@@ -80,6 +80,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
             backend=backend.name,
             version=__version__,
             isolation=info.get("isolation"),
+            isolation_details=info.get("isolation_details", []),
             warnings=info.get("warnings", []),
         )
 

@@ -41,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
         "--isolation",
         default=None,
         choices=["auto", "bubblewrap", "none"],
-        help="local backend: bubblewrap when it works (auto, the default), always, or never",
+        help="local backend: bubblewrap (the default; auto is the same) refuses to start "
+        "without it; none runs commands UNISOLATED on this host (trusted code only)",
     )
     docker = serve.add_argument_group("docker backend")
     docker.add_argument(
@@ -62,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--local-memory-default", default=None, metavar="QUANTITY",
         help="local backend: memory cap of sandboxes that ask for none (default 4Gi)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--local-host-path", dest="local_host_paths", type=Path, action="append", default=None,
+        metavar="DIR", help="local backend: also show this host directory, read-only, in every "
+        "sandbox of image host (repeatable)",
     )  # fmt: skip
     kube = serve.add_argument_group("kubernetes backend")
     kube.add_argument(
@@ -153,6 +159,7 @@ def serve(args: argparse.Namespace) -> int:
         "agent_bundle": args.agent_bundle,
         "pids_limit": args.pids_limit,
         "local_memory_default": args.local_memory_default,
+        "local_host_paths": args.local_host_paths,
         "kubeconfig": args.kubeconfig,
         "namespace": args.namespace,
         "image_pull_policy": args.image_pull_policy,

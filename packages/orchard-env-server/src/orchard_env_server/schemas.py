@@ -179,4 +179,6 @@ class Health(BaseModel):
     backend: str
     version: str
     isolation: str | None = None
+    # What that isolation consists of, one fact a line (the local backend says this).
+    isolation_details: list[str] = []
     warnings: list[str] = []

@@ -39,7 +39,8 @@ class Settings:
     """Everything the service needs to know at start."""
 
     backend: str = "local"
-    isolation: str = "auto"  # local backend: auto | bubblewrap (required) | none
+    # local backend: bubblewrap (required; "auto" is the same) | none (unisolated, loudly)
+    isolation: str = "bubblewrap"
     host: str = "127.0.0.1"
     port: int = 8000
     api_keys: dict[str, str] = attrs.Factory(dict)
@@ -62,12 +63,16 @@ class Settings:
     agent_bundle: Path | None = None  # or: bind this agent bundle directory read-only
     pids_limit: int = 1024  # per sandbox (container, or local cgroup)
     local_memory_default: str | None = "4Gi"  # local sandboxes' memory cap when none is asked
+    local_host_paths: list[Path] = attrs.Factory(list)  # extra host dirs shown read-only
+    # Machine-wide claims of local sandboxes' host uid ranges (shared by every orchestrator).
+    local_uid_registry: Path = Path("/run/orchard-env/uid-ranges")
     docker_network: str = "bridge"  # for sandboxes with block_network=false
     # Kubernetes backend
     kubeconfig: Path | None = None  # default: in-cluster config in a pod, else $KUBECONFIG
     namespace: str = "orchard-sandboxes"  # where sandbox pods live
     image_pull_policy: str = "IfNotPresent"  # of sandbox and injector images
     orchestrator_id: str | None = None  # labels sandboxes with their creator; default hostname
+    runtime_class: str | None = None  # sandbox pods' runtimeClassName (gVisor, Kata)
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:

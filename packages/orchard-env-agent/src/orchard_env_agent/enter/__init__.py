@@ -1,10 +1,12 @@
 """``orchard-enter``: the small C program that starts a command inside a local sandbox.
 
-The local agent starts every command in its sandbox's cgroups, namespaces and root. With
-``sh`` (cgroup join) and ``nsenter`` that took three program starts per command; the
-helper does both in one (see orchard_enter.c). It is compiled from the shipped source on
-first use with the machine's C compiler, once per source version, into a private cache
-directory; without a compiler the agent keeps using ``sh`` + ``nsenter``.
+The local agent starts every command in its sandbox's cgroups, user namespace (as the
+sandbox's root, with a container's capabilities, no_new_privs and the seccomp filter) and
+other namespaces and root, in one program start (see orchard_enter.c). ``orchard-enter
+--seccomp-bpf`` prints the filter, which the orchestrator gives the sandbox's holder too.
+It is compiled from the shipped source on first use with the machine's C compiler, once
+per source version, into a private cache directory; without it, isolated sandboxes cannot
+run commands (the orchestrator refuses to start isolated without it).
 """
 
 from __future__ import annotations
@@ -78,10 +80,10 @@ def helper() -> str | None:
         return str(target)
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        log.warning("no C compiler: commands start through sh + nsenter (slower)")
+        log.warning("no C compiler: orchard-enter cannot be built; isolated sandboxes refused")
         return None
     if not _compile(cc, target):
-        log.warning("orchard-enter did not compile: commands start through sh + nsenter")
+        log.warning("orchard-enter did not compile: isolated sandboxes refused")
         return None
     return str(target)
 

