@@ -10,6 +10,8 @@ if [[ "${1:-}" == "--fast" ]]; then fast=1; shift; fi
 
 need_apt=()
 command -v bwrap >/dev/null || need_apt+=(bubblewrap)
+# Local sandboxes that ask for a network get user-mode egress from slirp4netns.
+command -v slirp4netns >/dev/null || need_apt+=(slirp4netns)
 command -v patch >/dev/null || need_apt+=(patch)
 command -v git >/dev/null || need_apt+=(git)
 command -v nsenter >/dev/null || need_apt+=(util-linux)
