@@ -1,7 +1,8 @@
 """The Kubernetes backend's own mechanisms, against the real test cluster.
 
 The shared suite (exec, files, patch, streaming, lifecycle, ...) runs on this backend too;
-these tests cover what only pods have: the objects a sandbox is made of, replicas sharing
+these tests cover what only pods have: the objects a sandbox is made of, the pod's
+confinement (capabilities, seccomp) and the namespace's network policies, replicas sharing
 sandboxes, the watcher surviving API server restarts and 410 Gone, pods deleted behind
 the orchestrator, images the kubelet cannot run, pods the kubelet ended at their deadline,
 pods still being deleted at shutdown, the kubeconfig's TLS files, and 50 sandboxes at once.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import contextlib
+import ipaddress
 import json
 import os
 import signal
@@ -27,6 +29,7 @@ import pytest
 
 from orchard_env_client import SandboxClient
 from orchard_env_client.errors import OrchardError, SandboxFailed
+from orchard_env_server.backends.hardening import SANDBOX_CAPABILITIES, capability_mask
 from orchard_testing import (
     BUSYBOX_IMAGE,
     CLUSTER_DIR,
@@ -147,6 +150,147 @@ def test_block_network_creates_an_egress_policy_selecting_the_pod(server, image)
             "-o",
             "name",
         )
+
+
+def test_the_pod_is_confined_and_a_root_shell_in_it_holds_only_the_kept_capabilities(server):
+    with SandboxClient(base_url=server.url) as client:
+        sbx = client.create_sandbox(BUSYBOX_IMAGE)  # runs as root
+        spec = _pod(server, sbx.sandbox_id)["spec"]
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for key in ("hostNetwork", "hostPID", "hostIPC"):
+            assert not spec.get(key), key
+        assert not [v for v in spec["volumes"] if "hostPath" in v]
+        for container in spec["initContainers"] + spec["containers"]:
+            context = container["securityContext"]
+            assert context["capabilities"] == {
+                "drop": ["ALL"],
+                "add": list(SANDBOX_CAPABILITIES),
+            }, container["name"]
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["privileged"] is False
+            assert all("hostPort" not in port for port in container.get("ports", []))
+        # What the runtime made of it, seen from inside.
+        assert sbx.exec("id -u").stdout == "0\n"
+        out = sbx.exec("grep -E '^(Cap|Seccomp|NoNewPrivs)' /proc/self/status").stdout
+        status = {k: v.strip() for k, v in (line.split(":", 1) for line in out.splitlines())}
+        for field in ("CapEff", "CapPrm", "CapBnd"):
+            assert int(status[field], 16) == capability_mask(), (field, status)
+        assert (status["Seccomp"], status["NoNewPrivs"]) == ("2", "1")
+        refused = sbx.exec("mknod /tmp/disk b 8 0 && echo made")
+        assert refused.exit_code != 0 and "made" not in refused.stdout
+
+
+def _policy(server: RunningServer, name: str) -> dict:
+    return json.loads(kubectl("-n", server.namespace, "get", "networkpolicy", name, "-o", "json"))
+
+
+def _selected(server: RunningServer, selector: dict) -> set[str]:
+    labels = ",".join(f"{k}={v}" for k, v in selector["matchLabels"].items())
+    return set(kubectl("-n", server.namespace, "get", "pods", "-l", labels, "-o", "name").split())
+
+
+def _agent_peers(sbx) -> set[str]:
+    """The addresses connected to the agent's port, as the pod sees them (/proc/net/tcp)."""
+    peers = set()
+    for line in sbx.exec("cat /proc/net/tcp").stdout.splitlines()[1:]:
+        local, remote, state = line.split()[1:4]
+        if local.endswith(":1B58") and state == "01":  # port 7000, ESTABLISHED
+            packed = bytes.fromhex(remote.split(":")[0])[::-1]  # little-endian on x86
+            peers.add(str(ipaddress.ip_address(packed)))
+    return peers
+
+
+def test_the_namespace_policies_keep_sandboxes_apart_and_off_the_api_server(server, image):
+    """Objects and selectors only: this cluster's CNI bridge does not enforce policies."""
+    with SandboxClient(base_url=server.url) as client:
+        blocked = client.create_sandbox(image, block_network=True)
+        open_ = client.create_sandbox(image, block_network=False)
+        pods = {f"pod/orchard-{blocked.sandbox_id}", f"pod/orchard-{open_.sandbox_id}"}
+
+        ingress = _policy(server, "orchard-sandbox-ingress")
+        assert ingress["metadata"]["labels"]["orchard.dev/namespace-policy"] == "ingress"
+        assert "orchard.dev/role" not in ingress["metadata"]["labels"]  # not a leftover
+        spec = ingress["spec"]
+        assert spec["policyTypes"] == ["Ingress"]
+        assert pods <= _selected(server, spec["podSelector"])
+        (rule,) = spec["ingress"]
+        assert rule["ports"] == [{"protocol": "TCP", "port": 7000}]
+        allowed = {ipaddress.ip_network(p["ipBlock"]["cidr"]) for p in rule["from"]}
+        assert all(n.prefixlen == n.max_prefixlen for n in allowed)  # single hosts, no pods
+        # The orchestrator's own connections to the agent come from an admitted address.
+        peers = _agent_peers(open_)
+        assert peers and all(any(ipaddress.ip_address(p) in n for n in allowed) for p in peers)
+
+        egress = _policy(server, "orchard-sandbox-egress")
+        spec = egress["spec"]
+        assert spec["policyTypes"] == ["Egress"]
+        assert _selected(server, spec["podSelector"]) & pods == {f"pod/orchard-{open_.sandbox_id}"}
+        (rule,) = spec["egress"]
+        v4 = rule["to"][0]["ipBlock"]
+        assert v4["cidr"] == "0.0.0.0/0"
+        service_ip = json.loads(kubectl("-n", "default", "get", "service", "kubernetes",
+                                        "-o", "json"))["spec"]["clusterIP"]  # fmt: skip
+        node_ip = cluster_env()["NODE_IP"]  # the API server listens there
+        assert {f"{service_ip}/32", f"{node_ip}/32"} <= set(v4["except"])
+        assert {str(n) for n in allowed if n.version == 4} <= set(v4["except"])
+
+
+def test_a_starting_orchestrator_puts_the_namespace_policies_back(fresh_server):
+    fresh_server.start()
+    fresh_server.stop()  # and leaves them: replicas and running sandboxes rely on them
+    assert leftovers(fresh_server) == []
+    egress = _policy(fresh_server, "orchard-sandbox-egress")
+    kubectl("-n", fresh_server.namespace, "delete", "networkpolicy", "orchard-sandbox-ingress")
+    widened = {"spec": {"podSelector": {"matchLabels": {"orchard.dev/role": "nothing"}},
+                        "egress": [{}]}}  # fmt: skip
+    kubectl("-n", fresh_server.namespace, "patch", "networkpolicy", "orchard-sandbox-egress",
+            "--type", "strategic", "-p", json.dumps(widened))  # fmt: skip
+    fresh_server.start()
+    assert _policy(fresh_server, "orchard-sandbox-egress")["spec"] == egress["spec"]
+    ingress = _policy(fresh_server, "orchard-sandbox-ingress")["spec"]
+    assert ingress["podSelector"] == {"matchLabels": {"orchard.dev/role": "sandbox"}}
+
+
+def test_a_runtime_class_runs_the_sandbox_pod_and_a_missing_one_is_refused(server, tmp_path: Path):
+    """spec.runtimeClassName as the backend writes it (``runtime_class`` setting), on
+    this cluster's dockershim, whose only handler is ``docker``: gVisor and Kata are
+    not installed here, so a class of theirs would fail the same way a missing one does."""
+    from orchard_env_server.backends.kubernetes_spec import pod_manifest, secret_manifest
+    from orchard_env_server.records import SandboxRecord
+    from orchard_env_server.settings import Settings
+
+    suffix = os.urandom(4).hex()
+    runtime_class = f"orchard-test-docker-{suffix}"
+    record = SandboxRecord(sandbox_id=f"rc-{suffix}", tenant="t", image=BUSYBOX_IMAGE)
+    settings = Settings(runtime_class=runtime_class, image_pull_policy="Never")
+    files = {
+        "class": {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                  "metadata": {"name": runtime_class}, "handler": "docker"},
+        "secret": secret_manifest(record, "test", "t" * 32),
+        "pod": pod_manifest(record, settings, "test"),
+    }  # fmt: skip
+    for name, manifest in files.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(manifest))
+    ns = ["-n", server.namespace]
+    pod = f"pod/orchard-{record.sandbox_id}"
+    kubectl("create", "-f", str(tmp_path / "class.json"))
+    try:
+        kubectl(*ns, "create", "-f", str(tmp_path / "secret.json"))
+        kubectl(*ns, "create", "-f", str(tmp_path / "pod.json"))
+        kubectl(*ns, "wait", "--for=condition=Ready", pod, "--timeout=60s", timeout=90)
+        assert kubectl(*ns, "get", pod, "-o", "jsonpath={.spec.runtimeClassName}") == (
+            runtime_class
+        )
+    finally:
+        kubectl(*ns, "delete", pod, f"secret/orchard-{record.sandbox_id}",
+                "--ignore-not-found", "--wait=false", check=False)  # fmt: skip
+        kubectl("delete", "runtimeclass", runtime_class, "--ignore-not-found", check=False)
+    done = subprocess.run(
+        [f"{cluster_env()['K8S_BIN']}/kubectl", "--kubeconfig", cluster_env()["KUBECONFIG"],
+         *ns, "create", "--dry-run=server", "-f", str(tmp_path / "pod.json")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0 and f'RuntimeClass "{runtime_class}" not found' in done.stderr
 
 
 @contextlib.contextmanager

@@ -271,8 +271,9 @@ def test_overlays_render_alike_with_old_and_new_kustomize(
     assert old == new
     kinds = sorted(kind for kind, _, _ in old)
     assert kinds == sorted(
-        ["Namespace", "Namespace", "ServiceAccount", "Role", "RoleBinding", "Secret",
-         "Deployment", "Service", "NetworkPolicy", "PodDisruptionBudget"]
+        ["Namespace", "Namespace", "ServiceAccount", "Role", "RoleBinding", "Role",
+         "RoleBinding", "Secret", "Deployment", "Service", "NetworkPolicy",
+         "PodDisruptionBudget"]
     )  # fmt: skip
     assert old[("PodDisruptionBudget", SYSTEM_NS, "orchard-env")]["apiVersion"] == pdb_api
     assert not any(k == "ClusterRole" or k == "ClusterRoleBinding" for k in kinds)
@@ -351,6 +352,10 @@ RBAC_CASES = [
     (True, "delete", "networkpolicies.networking.k8s.io", "sandboxes", ()),
     (True, "patch", "networkpolicies.networking.k8s.io", "sandboxes", ()),
     (False, "list", "networkpolicies.networking.k8s.io", "sandboxes", ()),
+    (True, "get", "services/kubernetes", "default", ()),
+    (True, "get", "endpoints/kubernetes", "default", ()),
+    (False, "get", "services/other", "default", ()),
+    (False, "list", "endpoints", "default", ()),
     (False, "update", "pods", "sandboxes", ()),
     (False, "create", "pods", "sandboxes", ("--subresource", "exec")),
     (False, "get", "pods", "sandboxes", ("--subresource", "log")),
@@ -367,7 +372,8 @@ RBAC_CASES = [
 
 
 def test_service_account_has_least_privilege(deployed: Deployed) -> None:
-    """Exactly the sandbox namespace's pods, secrets and network policies; nothing else."""
+    """Exactly the sandbox namespace's pods, secrets and network policies, and the API
+    server's Service and Endpoints in ``default``; nothing else."""
     namespaces = {"sandboxes": deployed.sandbox_ns, "system": deployed.system_ns}
     wrong = []
     for allowed, verb, resource, where, extra in RBAC_CASES:

@@ -31,7 +31,21 @@ from ..quantities import parse_cpu, parse_memory
 from ..records import AgentEndpoint, SandboxRecord
 from ..settings import Settings
 from .base import BackendError, BackendUnavailable, SandboxRegistry
-from .kubernetes_api import CredentialFiles, KubeApi, KubeError, load_configuration
+from .kubernetes_api import (
+    CredentialFiles,
+    KubeApi,
+    KubeError,
+    in_cluster_namespace,
+    load_configuration,
+)
+from .kubernetes_network import (
+    OrchestratorPlace,
+    api_server_addresses,
+    egress_policy_manifest,
+    host_addresses,
+    ingress_policy_manifest,
+    replace_patch,
+)
 from .kubernetes_spec import (
     AGENT_PORT,
     ANNOTATION_LAST_ACTIVE,
@@ -128,6 +142,7 @@ class KubernetesBackend:
                 f"namespace {namespace!r} does not exist: create it (kubectl create namespace "
                 f"{namespace}) or apply infra/k8s, or pick another with --namespace"
             )
+        await self._ensure_network_policies()
         self._secrets = ResourceWatcher(
             self.api, "secrets", TOKEN_SELECTOR, self._on_secret, self._on_secret_gone
         )
@@ -150,6 +165,43 @@ class KubernetesBackend:
         log.info("kubernetes backend: %s, namespace %s, %d sandboxes found",
                  self.api.server, namespace, len(self._records))  # fmt: skip
         return []  # found sandboxes reach the service through the registry
+
+    async def _ensure_network_policies(self) -> None:
+        """Create the namespace's ingress and egress policies (``kubernetes_network``), or
+        patch them to what this orchestrator sees: where it runs, the API server's
+        addresses. Without them sandboxes would reach each other and the API server, so
+        a failure here stops the start."""
+        namespace = in_cluster_namespace(self._settings.kubeconfig)
+        place = OrchestratorPlace(
+            namespace=namespace, addresses=() if namespace else host_addresses()
+        )
+        try:
+            service = await self.api.read_api_server_object("services")
+            endpoints = await self.api.read_api_server_object("endpoints")
+            api_server = api_server_addresses(service, endpoints, self.api.server)
+            if service is None or endpoints is None:
+                log.warning(
+                    "the kubernetes Service or Endpoints of namespace default cannot be read "
+                    "(missing, or no rights): sandboxes' egress excepts only %s",
+                    ", ".join(api_server) or "nothing",
+                )
+            for manifest in (
+                ingress_policy_manifest(place),
+                egress_policy_manifest(place, api_server),
+            ):
+                name = manifest["metadata"]["name"]
+                try:
+                    await self.api.create("networkpolicies", manifest)
+                except KubeError as exc:
+                    if exc.status != 409:
+                        raise
+                    await self.api.patch("networkpolicies", name, replace_patch(manifest))
+        except KubeError as exc:
+            raise BackendError(
+                f"cannot set up the network policies of namespace {self.api.namespace!r}: {exc}"
+            ) from exc
+        log.info("network policies ensured: orchestrator %s, API server %s",
+                 namespace or ", ".join(place.addresses), ", ".join(api_server))  # fmt: skip
 
     async def close(self, *, delete_sandboxes: bool) -> None:
         """Stop watching (deleting this process's sandboxes when asked), close the
@@ -232,6 +284,10 @@ class KubernetesBackend:
             return BackendUnavailable(f"the Kubernetes API cannot create sandboxes now: {exc}")
         if exc.not_found:
             return BackendError(f"namespace {self.api.namespace!r} does not exist ({exc})")
+        if exc.status == 403 and "RuntimeClass" in str(exc):
+            return BackendError(
+                f"runtime class {self._settings.runtime_class!r} is not in the cluster: {exc}"
+            )
         if exc.status == 403:
             return BackendError(f"the orchestrator may not create sandboxes here: {exc}")
         if exc.status in (400, 422):

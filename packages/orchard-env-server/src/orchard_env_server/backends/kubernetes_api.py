@@ -56,6 +56,7 @@ class KubeError(Exception):
 _LOCK_NAME = ".lock"  # flock-ed by the process using the directory
 _UNLOCKED_GRACE_S = 60.0  # a directory without a lock file yet may be one being made
 _REGISTRY_LOCK = threading.Lock()
+_SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 
 class CredentialFiles:
@@ -149,7 +150,7 @@ def load_configuration(
     """
     cfg = client.Configuration()
     try:
-        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if _in_cluster(kubeconfig):
             config.load_incluster_config(client_configuration=cfg)  # files of the pod: no copies
         else:
             path = None if kubeconfig is None else str(kubeconfig)
@@ -163,6 +164,21 @@ def load_configuration(
             "or run the orchestrator in a pod"
         ) from exc
     return cfg
+
+
+def _in_cluster(kubeconfig: Path | None) -> bool:
+    return kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def in_cluster_namespace(kubeconfig: Path | None) -> str | None:
+    """The namespace of the pod this process runs in, when it uses the in-cluster config
+    (as ``load_configuration`` decides); None outside the cluster."""
+    if not _in_cluster(kubeconfig):
+        return None
+    try:
+        return (_SERVICE_ACCOUNT / "namespace").read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _load_kube_config(path: str | None, cfg: client.Configuration, files: Path | None) -> None:
@@ -262,6 +278,21 @@ class KubeApi:
         """All matching objects and the list's resourceVersion to watch from."""
         data = await self._call(self._method("list", kind), self.namespace, label_selector=selector)
         return list(data.get("items") or []), str(data["metadata"]["resourceVersion"])
+
+    async def read_api_server_object(self, kind: str) -> dict[str, Any] | None:
+        """The ``kubernetes`` Service or Endpoints (``kind``) of namespace ``default``;
+        None when there is none or the caller may not read it."""
+        read = {
+            "services": self._core.read_namespaced_service,
+            "endpoints": self._core.read_namespaced_endpoints,
+        }[kind]
+        try:
+            found: dict[str, Any] = await self._call(read, "kubernetes", "default")
+        except KubeError as exc:
+            if exc.not_found or exc.status == 403:
+                return None
+            raise
+        return found
 
     async def nodes(self) -> list[dict[str, Any]]:
         """The cluster's nodes (needs cluster-wide read on nodes, which a namespaced Role lacks)."""

@@ -8,6 +8,11 @@ without a cluster. A sandbox is three objects sharing one name:
   emptyDir, the user's image runs the agent from there as its command;
 - with ``block_network``, a NetworkPolicy that denies the pod all egress.
 
+Every sandbox pod runs under the runtime's default seccomp profile, with all capabilities
+dropped but ``SANDBOX_CAPABILITIES`` and no privilege escalation, in the runtime class
+of the settings (gVisor, Kata) if one is named. The namespace's shared policies (other
+sandboxes and the API server out of reach) are in ``kubernetes_network``.
+
 The pod carries what any orchestrator replica needs to serve the sandbox: labels to select
 it, and the record (less env and token) as a JSON annotation.
 """
@@ -26,6 +31,7 @@ from ..settings import Settings
 from .base import BackendError
 from .docker_injection import AGENT_MOUNT, agent_entry
 from .docker_spec import memory_limit
+from .hardening import SANDBOX_CAPABILITIES
 
 GROUP = "orchard.dev"
 LABEL_ROLE = f"{GROUP}/role"
@@ -33,6 +39,9 @@ LABEL_SANDBOX = f"{GROUP}/sandbox-id"
 LABEL_NAME = f"{GROUP}/name"
 LABEL_TENANT = f"{GROUP}/tenant"
 LABEL_ORCHESTRATOR = f"{GROUP}/orchestrator"
+LABEL_NETWORK = f"{GROUP}/network"  # sandbox pods: NETWORK_OPEN or NETWORK_BLOCKED
+NETWORK_OPEN = "open"
+NETWORK_BLOCKED = "blocked"
 ANNOTATION_RECORD = f"{GROUP}/record"
 ANNOTATION_LAST_ACTIVE = f"{GROUP}/last-active"
 ROLE_SANDBOX = "sandbox"
@@ -129,6 +138,16 @@ def _resources(record: SandboxRecord) -> dict[str, Any]:
     return {"requests": dict(quantities), "limits": dict(quantities)} if quantities else {}
 
 
+def container_security_context() -> dict[str, Any]:
+    """Both containers of a sandbox pod: no privileged mode, nothing gained through setuid
+    or file capabilities, every capability dropped but ``SANDBOX_CAPABILITIES``."""
+    return {
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": list(SANDBOX_CAPABILITIES)},
+    }
+
+
 def record_annotation(record: SandboxRecord) -> str:
     return json.dumps({k: getattr(record, k) for k in _RECORD_FIELDS}, sort_keys=True)
 
@@ -162,7 +181,7 @@ def pod_manifest(record: SandboxRecord, settings: Settings, orchestrator: str) -
             "failureThreshold": 3,
         },
         "resources": resources,
-        "securityContext": {"allowPrivilegeEscalation": False},
+        "securityContext": container_security_context(),
         "volumeMounts": [
             {"name": "orchard-agent", "mountPath": AGENT_MOUNT, "readOnly": True},
             {"name": "orchard-token", "mountPath": SECRET_MOUNT, "readOnly": True},
@@ -176,7 +195,7 @@ def pod_manifest(record: SandboxRecord, settings: Settings, orchestrator: str) -
         "imagePullPolicy": settings.image_pull_policy,
         # The same resources as the sandbox, so the pod's QoS class is the sandbox's.
         "resources": resources,
-        "securityContext": {"allowPrivilegeEscalation": False},
+        "securityContext": container_security_context(),
         "volumeMounts": [{"name": "orchard-agent", "mountPath": _INJECTOR_TARGET}],
     }
     spec: dict[str, Any] = {
@@ -184,6 +203,7 @@ def pod_manifest(record: SandboxRecord, settings: Settings, orchestrator: str) -
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 1,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "hostname": name[:63],
         "initContainers": [init],
         "containers": [main],
@@ -197,12 +217,16 @@ def pod_manifest(record: SandboxRecord, settings: Settings, orchestrator: str) -
     }
     if record.ttl_seconds is not None:
         spec["activeDeadlineSeconds"] = max(1, math.ceil(record.ttl_seconds))
+    if settings.runtime_class:
+        spec["runtimeClassName"] = settings.runtime_class
+    labels = _labels(record, ROLE_SANDBOX, orchestrator)
+    labels[LABEL_NETWORK] = NETWORK_BLOCKED if record.block_network else NETWORK_OPEN
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": name,
-            "labels": _labels(record, ROLE_SANDBOX, orchestrator),
+            "labels": labels,
             "annotations": {ANNOTATION_RECORD: record_annotation(record)},
         },
         "spec": spec,
