@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -207,3 +208,28 @@ def test_a_cpu_limit_that_cannot_apply_fails_the_sandbox_and_leaks_no_holder(ser
     tiny = client.create_sandbox("host", cpu="1m")
     assert tiny.exec("echo ok").stdout == "ok\n"
     tiny.delete()
+
+
+def test_the_wheels_bwrap_is_used_without_debians_and_runs_as_a_sandbox_uid(
+    backend, monkeypatch, request
+):
+    from orchard_env_server.backends import bubblewrap
+
+    real_which = shutil.which
+    monkeypatch.setattr(
+        bubblewrap.shutil,
+        "which",
+        lambda name, *a, **k: None if name == "bwrap" else real_which(name, *a, **k),
+    )
+    # Like /run/orchard-env: a directory any uid may walk to (pytest's tmp_path is private).
+    runtime = Path(tempfile.mkdtemp(prefix="orchard-bwrap-", dir="/tmp"))
+    runtime.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(runtime, ignore_errors=True))
+    exe = bubblewrap.bwrap_path(runtime)
+    assert exe is not None and exe.startswith(str(runtime)), exe
+    version = subprocess.run(
+        ["setpriv", "--reuid", "1000000000", "--regid", "1000000000", "--clear-groups", exe,
+         "--version"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert version.startswith("bubblewrap ")
