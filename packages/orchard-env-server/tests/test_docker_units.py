@@ -59,9 +59,11 @@ def test_zero_cpu_is_an_error():
         parse_cpu("0m")
 
 
-def _spec(**fields):
+def _spec(settings: Settings | None = None, **fields):
     record = SandboxRecord(sandbox_id="sbx-1", tenant="alice", image="img:1", **fields)
-    return container_spec(record, Settings(), "orch-x", AgentMount("volume", "vol"), "/run/x")
+    return container_spec(
+        record, settings or Settings(), "orch-x", AgentMount("volume", "vol"), "/run/x"
+    )
 
 
 def test_the_spec_replaces_the_entrypoint_with_the_agent_and_keeps_the_image_config():
@@ -137,7 +139,9 @@ def test_the_container_gets_nothing_of_the_host(block_network):
 def test_the_memory_limit_leaves_no_swap_and_pids_are_always_limited():
     host = _spec()["HostConfig"]
     assert host["PidsLimit"] == Settings().pids_limit > 0
-    assert "Memory" not in host  # none asked, none set (see docs/docker-backend.md)
+    assert host["Memory"] == host["MemorySwap"] == 4 << 30  # none asked: --memory-default
+    unlimited = _spec(settings=Settings(memory_default=None))["HostConfig"]
+    assert "Memory" not in unlimited
 
 
 @pytest.mark.parametrize(

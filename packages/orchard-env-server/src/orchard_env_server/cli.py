@@ -61,8 +61,9 @@ def _parser() -> argparse.ArgumentParser:
         help="processes per sandbox, docker and local (default 1024)",
     )  # fmt: skip
     serve.add_argument(
-        "--local-memory-default", default=None, metavar="QUANTITY",
-        help="local backend: memory cap of sandboxes that ask for none (default 4Gi)",
+        "--memory-default", "--local-memory-default", dest="memory_default", default=None,
+        metavar="QUANTITY", help="local and docker backends: memory cap of sandboxes that ask "
+        "for none (default 4Gi; 'none' for no cap)",
     )  # fmt: skip
     serve.add_argument(
         "--local-host-path", dest="local_host_paths", type=Path, action="append", default=None,
@@ -84,6 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     kube.add_argument(
         "--orchestrator-id", default=None, help="labels the sandboxes it creates (default hostname)"
     )
+    kube.add_argument(
+        "--runtime-class", default=None, metavar="NAME",
+        help="sandbox pods' runtimeClassName, e.g. gVisor or Kata (docs/security.md)",
+    )  # fmt: skip
     serve.add_argument("--max-inflight", type=int, default=None, help="503 beyond this many")
     serve.add_argument("--max-output-bytes", type=int, default=None, help="per stream, per job")
     serve.add_argument("--max-upload-bytes", type=int, default=None)
@@ -136,6 +141,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _memory_default(raw: str | None) -> str | None:
+    """None keeps the setting's default; "none" (or "0") means no cap."""
+    if raw is None:
+        return None
+    return "" if raw.strip().lower() in ("none", "0") else raw
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -158,12 +170,13 @@ def serve(args: argparse.Namespace) -> int:
         "agent_image": args.agent_image,
         "agent_bundle": args.agent_bundle,
         "pids_limit": args.pids_limit,
-        "local_memory_default": args.local_memory_default,
+        "memory_default": _memory_default(args.memory_default),
         "local_host_paths": args.local_host_paths,
         "kubeconfig": args.kubeconfig,
         "namespace": args.namespace,
         "image_pull_policy": args.image_pull_policy,
         "orchestrator_id": args.orchestrator_id,
+        "runtime_class": args.runtime_class,
     }
     if args.api_keys is not None:
         overrides["api_keys"] = parse_api_keys(args.api_keys)

@@ -62,7 +62,9 @@ class Settings:
     agent_image: str = "orchard/agent-injector:latest"  # the injector image (init container)
     agent_bundle: Path | None = None  # or: bind this agent bundle directory read-only
     pids_limit: int = 1024  # per sandbox (container, or local cgroup)
-    local_memory_default: str | None = "4Gi"  # local sandboxes' memory cap when none is asked
+    # The memory cap of local and Docker sandboxes that ask for none (Kubernetes: the
+    # namespace's LimitRange). None: no cap but the machine's.
+    memory_default: str | None = "4Gi"
     local_host_paths: list[Path] = attrs.Factory(list)  # extra host dirs shown read-only
     # Machine-wide claims of local sandboxes' host uid ranges (shared by every orchestrator).
     local_uid_registry: Path = Path("/run/orchard-env/uid-ranges")
@@ -93,6 +95,7 @@ class Settings:
             ("namespace", "ORCHARD_ENV_NAMESPACE"),
             ("image_pull_policy", "ORCHARD_ENV_IMAGE_PULL_POLICY"),
             ("orchestrator_id", "ORCHARD_ENV_ORCHESTRATOR_ID"),
+            ("runtime_class", "ORCHARD_ENV_RUNTIME_CLASS"),
         ):
             if os.environ.get(env):
                 values[name] = Path(os.environ[env]) if name == "kubeconfig" else os.environ[env]

@@ -59,8 +59,9 @@ def container_spec(
     try:
         if record.cpu:
             host["NanoCpus"] = int(parse_cpu(record.cpu) * 1e9)
-        if record.memory:
-            memory = memory_limit(record.memory)
+        asked = record.memory or settings.memory_default
+        if asked:
+            memory = memory_limit(asked)
             host["Memory"] = host["MemorySwap"] = memory  # no swap: the limit is the limit
     except ValueError as exc:
         raise BackendError(str(exc)) from exc

@@ -95,11 +95,11 @@ class LocalBackend:
         for d in (self._sandboxes, self._images, self._empty):
             d.mkdir(parents=True, exist_ok=True)
         self._state.chmod(0o700)
-        if self._settings.local_memory_default:
+        if self._settings.memory_default:
             try:
-                parse_memory(self._settings.local_memory_default)
+                parse_memory(self._settings.memory_default)
             except ValueError as exc:
-                raise BackendError(f"--local-memory-default: {exc}") from None
+                raise BackendError(f"--memory-default: {exc}") from None
         for path in self._settings.local_host_paths:
             if not path.is_absolute() or not path.is_dir():
                 raise BackendError(f"--local-host-path {path}: not an absolute directory path")
@@ -332,7 +332,7 @@ class LocalBackend:
 
     async def _limit(self, record: SandboxRecord, holder_pid: int) -> list[str]:
         """The sandbox's cgroups, its holder moved in; commands join them as they start."""
-        memory = record.memory or self._settings.local_memory_default
+        memory = record.memory or self._settings.memory_default
 
         def make() -> list[str]:
             limits = Limits(
@@ -419,7 +419,7 @@ class LocalBackend:
         extra = ", ".join(str(p) for p in self._settings.local_host_paths) or "none"
         limits = (
             f"cgroups: pids {self._settings.pids_limit}, memory "
-            f"{self._settings.local_memory_default or 'unlimited'} unless asked, cpu if asked"
+            f"{self._settings.memory_default or 'unlimited'} unless asked, cpu if asked"
             if self._cgroups.usable
             else f"no resource limits ({self._cgroups.why_not})"
         )
