@@ -605,6 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout,
                         format="%(asctime)s %(levelname)s %(threadName)s: %(message)s")  # fmt: skip
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retries: we log our own
     if args.print:
         from kubernetes import client
         from kubernetes import config as kube_config
