@@ -7,7 +7,10 @@ and how to run it."""
 from __future__ import annotations
 
 import contextlib
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -157,8 +160,28 @@ out["swaps"] = swaps
 """
 
 
-def test_the_file_api_cannot_be_raced_into_host_files(blocked_sandbox, host_secrets, host_files):
-    secret = host_secrets[0]
+@pytest.fixture
+def public_host_file() -> Iterator[HostSecret]:
+    """A world-readable file in a world-writable host directory (as /var/tmp or /tmp are):
+    what an unprivileged host user could read and write, which a sandbox still must not."""
+    folder = Path(tempfile.mkdtemp(prefix="orchard-public-", dir="/var/tmp"))
+    folder.chmod(0o1777)
+    path = folder / unique("public")
+    content = f"public host bytes {unique('c')}"
+    path.write_text(content)
+    path.chmod(0o644)
+    try:
+        yield HostSecret(path=path, content=content)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.parametrize("target", ["private", "public"])
+def test_the_file_api_cannot_be_raced_into_host_files(
+    blocked_sandbox, host_secrets, host_files, public_host_file, target
+):
+    secret = host_secrets[0] if target == "private" else public_host_file
+    host_files = {**host_files, str(public_host_file.path): public_host_file.content.encode()}
     folder = f"/workspace/{unique('race')}"
     own = b"the sandbox's own bytes"
     blocked_sandbox.upload_content(f"{folder}/x", own)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 
 import pytest
 
-from orchard_env_agent import tarsafe
+from orchard_env_agent import anchored, tarsafe
 
 pytestmark = pytest.mark.fast
 
@@ -59,7 +60,11 @@ def test_plain_members_pass_and_lose_setuid_bits(mode, tmp_path):
         for m in members:
             tf.addfile(m, io.BytesIO(b"") if m.isreg() else None)
     buf.seek(0)
-    with tarfile.open(fileobj=buf) as tf:
-        tarsafe.extract(tf, tarsafe.check_members(tf.getmembers(), str(tmp_path)), str(tmp_path))
+    anchor = os.open(tmp_path, os.O_PATH | os.O_DIRECTORY)
+    try:
+        with tarfile.open(fileobj=buf) as tf:
+            anchored.extract(anchor, ".", tf, tarsafe.check_members(tf.getmembers(), "/dest"))
+    finally:
+        os.close(anchor)
     assert (tmp_path / "dir" / "tool").stat().st_mode & 0o7777 == 0o755
     assert (tmp_path / "dir" / "rel").is_symlink()

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import os
-import stat
 import tarfile
 import tempfile
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import IO, Any
 
 import anyio
 import anyio.from_thread
@@ -18,7 +16,7 @@ import anyio.to_thread
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from . import tarsafe
+from . import anchored, tarsafe
 from .context import SandboxContext
 from .errors import ApiError, invalid
 from .owner import SandboxIO
@@ -36,21 +34,6 @@ def _query_path(request: Request) -> str:
     if not path:
         raise ApiError(400, "invalid_path", "the 'path' query parameter is required")
     return path
-
-
-def _write_atomic(target: str, data: bytes) -> int:
-    parent = os.path.dirname(target) or "/"
-    os.makedirs(parent, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".orchard-upload-")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return len(data)
 
 
 def _os_error(r: Resolved | None, exc: OSError) -> ApiError:
@@ -80,15 +63,10 @@ async def post_file(ctx: SandboxContext, body: dict[str, Any]) -> Response:
         raise ApiError(400, "is_a_directory", f"{r.sandbox_path!r} is a directory")
     try:
         async with SandboxIO(ctx, r) as io:
-            size = await io.run(_write_atomic, io.path(r.host_path), data)
+            size = await io.run(anchored.write_file, io.path, data)
     except OSError as exc:
         raise _os_error(r, exc) from None
     return JSONResponse({"success": True, "path": r.sandbox_path, "size": size})
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read()
 
 
 async def get_file(ctx: SandboxContext, request: Request) -> Response:
@@ -98,34 +76,12 @@ async def get_file(ctx: SandboxContext, request: Request) -> Response:
         raise ApiError(400, "is_a_directory", f"{r.sandbox_path!r} is a directory")
     try:
         async with SandboxIO(ctx, r) as io:
-            data = await io.run(_read, io.path(r.host_path))
+            data = await io.run(anchored.read_file, io.path)
     except OSError as exc:
         raise _os_error(r, exc) from None
     return JSONResponse(
         {"path": r.sandbox_path, "content": base64.b64encode(data).decode(), "size": len(data)}
     )
-
-
-def _list(path: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    with os.scandir(path) as it:
-        for entry in it:
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            kind = (
-                "symlink"
-                if stat.S_ISLNK(st.st_mode)
-                else "directory"
-                if stat.S_ISDIR(st.st_mode)
-                else "file"
-            )
-            out.append(
-                {"name": entry.name, "type": kind, "size": st.st_size, "modified": st.st_mtime}
-            )
-    out.sort(key=lambda e: e["name"])
-    return out
 
 
 async def list_files(ctx: SandboxContext, request: Request) -> Response:
@@ -135,7 +91,7 @@ async def list_files(ctx: SandboxContext, request: Request) -> Response:
         raise ApiError(400, "not_a_directory", f"{r.sandbox_path!r} is not a directory")
     try:
         async with SandboxIO(ctx, r) as io:
-            files = await io.run(_list, io.path(r.host_path))
+            files = await io.run(anchored.list_dir, io.path)
     except OSError as exc:
         raise _os_error(r, exc) from None
     return JSONResponse({"path": r.sandbox_path, "files": files})
@@ -153,16 +109,12 @@ def _upload_cap(request: Request, limit: int) -> int:
     return min(limit, int(raw)) if raw.isdigit() else limit
 
 
-async def _receive_to_temp(
-    request: Request, io: SandboxIO, parent: str, limit: int
-) -> tuple[str, int]:
-    """Stream the request body into a temp file in `parent`; 413 (and no file) past `limit`."""
+async def _receive(request: Request, out: IO[bytes], limit: int) -> int:
+    """Stream the request body into ``out``; 413 past ``limit`` (the caller drops ``out``)."""
     limit = _upload_cap(request, limit)
     length = request.headers.get("content-length")
     if length and length.isdigit() and int(length) > limit:
         raise ApiError(413, "too_large", f"upload of {length} bytes exceeds the {limit} byte cap")
-    fd, tmp = await io.run(lambda: tempfile.mkstemp(dir=parent, prefix=".orchard-upload-"))
-    fh = os.fdopen(fd, "wb", buffering=0)
     total = 0
     buf = bytearray()
     try:
@@ -173,28 +125,28 @@ async def _receive_to_temp(
             buf += chunk
             if len(buf) >= CHUNK:
                 data, buf = bytes(buf), bytearray()
-                await anyio.to_thread.run_sync(fh.write, data)
+                await anyio.to_thread.run_sync(out.write, data)
         if buf:
-            await anyio.to_thread.run_sync(fh.write, bytes(buf))
-        fh.close()
-    except BaseException as exc:
-        fh.close()
-        with contextlib.suppress(OSError):
-            await io.run(os.unlink, tmp)
-        if isinstance(exc, ClientDisconnect):  # e.g. the orchestrator cut it off at its cap
-            raise ApiError(400, "upload_aborted", "the upload ended before its body did") from None
-        raise
-    return tmp, total
+            await anyio.to_thread.run_sync(out.write, bytes(buf))
+    except ClientDisconnect:  # e.g. the orchestrator cut it off at its cap
+        raise ApiError(400, "upload_aborted", "the upload ended before its body did") from None
+    return total
 
 
-def _extract(tar_path: str, dest: str) -> int:
+# Where archive members are checked as if extracted: the checks are lexical (no member may
+# leave the destination); the extraction itself goes through fds (anchored.extract).
+_CHECK_DEST = "/orchard-destination"
+
+
+def _extract(anchor: int, dest: str, archive: IO[bytes]) -> int:
     """Check every member first (nothing is written if one is refused), then extract."""
-    with tarfile.open(tar_path, "r:*") as tf:
+    archive.seek(0)
+    with tarfile.open(fileobj=archive, mode="r:*") as tf:
         try:
-            members = tarsafe.check_members(tf.getmembers(), dest)
+            members = tarsafe.check_members(tf.getmembers(), _CHECK_DEST)
         except tarsafe.RefusedMember as exc:
             raise ApiError(400, "path_escape", f"archive member refused: {exc}") from None
-        tarsafe.extract(tf, members, dest)
+        anchored.extract(anchor, dest, tf, members)
     return len(members)
 
 
@@ -204,36 +156,37 @@ async def put_fs(ctx: SandboxContext, request: Request, limit: int) -> Response:
     archive = request.query_params.get("archive")
     try:
         async with SandboxIO(ctx, r) as io:
-            target = io.path(r.host_path)
             if archive:
-                return await _put_archive(request, io, r, target, archive, limit)
+                return await _put_archive(request, io, r, archive, limit)
             if r.is_dir:
                 raise ApiError(400, "is_a_directory", f"{r.sandbox_path!r} is a directory")
-            parent = os.path.dirname(target)
-            await io.run(lambda: os.makedirs(parent, exist_ok=True))
-            tmp, size = await _receive_to_temp(request, io, parent, limit)
-            await io.run(os.replace, tmp, target)
+            pending = await io.run(anchored.PendingFile, io.path)
+            try:
+                size = await _receive(request, pending.file, limit)
+            except BaseException:
+                await io.run(lambda _: pending.discard())
+                raise
+            await io.run(lambda _: pending.commit())
     except OSError as exc:
         raise _os_error(r, exc) from None
     return JSONResponse({"success": True, "path": r.sandbox_path, "size": size})
 
 
 async def _put_archive(
-    request: Request, io: SandboxIO, r: Resolved, target: str, archive: str, limit: int
+    request: Request, io: SandboxIO, r: Resolved, archive: str, limit: int
 ) -> Response:
     if archive != "tar":
         raise ApiError(400, "invalid_archive", "archive must be 'tar'")
     if r.exists and not r.is_dir:
         raise ApiError(400, "not_a_directory", f"{r.sandbox_path!r} is not a directory")
-    await io.run(lambda: os.makedirs(target, exist_ok=True))
-    tmp, size = await _receive_to_temp(request, io, target, limit)
-    try:
-        count = await io.run(_extract, tmp, target)
-    except tarfile.TarError as exc:
-        raise ApiError(400, "invalid_archive", f"not a readable tar: {exc}") from None
-    finally:
-        with contextlib.suppress(OSError):
-            await io.run(os.unlink, tmp)
+    await io.run(lambda anchor, path: os.close(anchored.ensure_dir(anchor, path)), io.path)
+    # The archive waits in the agent's own temp space, where the sandbox cannot touch it.
+    with tempfile.TemporaryFile() as spool:
+        size = await _receive(request, spool, limit)
+        try:
+            count = await io.run(_extract, io.path, spool)
+        except tarfile.TarError as exc:
+            raise ApiError(400, "invalid_archive", f"not a readable tar: {exc}") from None
     return JSONResponse({"success": True, "path": r.sandbox_path, "size": size, "files": count})
 
 
@@ -248,41 +201,15 @@ async def _file_chunks(fh: Any) -> AsyncIterator[bytes]:
         fh.close()
 
 
-class _ChunkWriter:
-    """File-like object for tarfile running in a worker thread; sends 1 MiB chunks."""
-
-    def __init__(self, send: Any) -> None:
-        self.send = send
-        self.buf = bytearray()
-
-    def write(self, data: bytes) -> int:
-        self.buf += data
-        if len(self.buf) >= CHUNK:
-            self.flush()
-        return len(data)
-
-    def flush(self) -> None:
-        if self.buf:
-            data, self.buf = bytes(self.buf), bytearray()
-            anyio.from_thread.run(self.send, data)
-
-
-def _tar_dir(host_dir: str, send: Any) -> None:
-    w = _ChunkWriter(send)
-    with tarfile.open(fileobj=w, mode="w|", format=tarfile.PAX_FORMAT) as tf:  # type: ignore[call-overload]
-        for name in sorted(os.listdir(host_dir)):
-            tf.add(os.path.join(host_dir, name), arcname=name, recursive=True)
-    w.flush()
-
-
 async def _tar_chunks(ctx: SandboxContext, r: Resolved) -> AsyncIterator[bytes]:
     send, receive = anyio.create_memory_object_stream[bytes](4)
     async with SandboxIO(ctx, r) as io:
-        host_dir = io.path(r.host_path)
 
         async def produce() -> None:
             async with send:
-                await io.run(_tar_dir, host_dir, send.send)
+                await io.run(
+                    anchored.tar_tree, io.path, lambda d: anyio.from_thread.run(send.send, d)
+                )
 
         async with anyio.create_task_group() as tg, receive:
             tg.start_soon(produce)
@@ -305,7 +232,7 @@ async def get_fs(ctx: SandboxContext, request: Request) -> Response:
         )
     try:
         async with SandboxIO(ctx, r) as io:
-            fh = await io.run(open, io.path(r.host_path), "rb")
+            fh = await io.run(anchored.open_file, io.path)
         size = os.fstat(fh.fileno()).st_size
     except OSError as exc:
         raise _os_error(r, exc) from None

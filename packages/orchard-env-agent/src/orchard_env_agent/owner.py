@@ -8,9 +8,8 @@ could. Linux keeps the filesystem uid and gid (``setfsuid``/``setfsgid``) and, t
 raw system call, the supplementary groups per thread, so only the worker thread doing the
 work changes, and it changes back before it serves anything else.
 
-Paths go through an fd of their mount's host directory, opened by root
-(``/proc/self/fd/N/...``): the owner need not be able to walk the state dir's private
-parents, and the mount's root stays the one that was resolved.
+Paths are opened relative to an anchor fd that root opened (``anchored``): the owner need
+not be able to walk the state dir's private parents, and no link leads out of the anchor.
 """
 
 from __future__ import annotations
@@ -69,39 +68,42 @@ def acting_as(owner: tuple[int, int] | None) -> Iterator[None]:
 
 
 class SandboxIO:
-    """One request's file work: ``path()`` maps host paths under the resolved mount, and
-    ``run()`` calls a blocking function in a worker thread acting as the sandbox's owner."""
+    """One request's file work: an anchor fd for ``anchored`` operations and the resolved
+    path relative to it; ``run()`` calls a blocking function in a worker thread acting as
+    the sandbox's owner, with the anchor as its first argument.
+
+    The anchor is an isolated sandbox's own root (its holder's ``/proc/PID/root``: links
+    resolve as the sandbox sees them), else the resolved mount's host directory."""
 
     def __init__(self, ctx: SandboxContext, resolved: Resolved) -> None:
         self._owner = ctx.owner if os.geteuid() == 0 else None
-        self._mount = resolved.mount.host_path.rstrip("/") or "/"
-        self._fd: int | None = None
+        if ctx.holder_pid is not None:
+            self._anchor_path = f"/proc/{ctx.holder_pid}/root"
+            self.path = resolved.sandbox_path
+        else:
+            mount = resolved.mount.host_path.rstrip("/") or "/"
+            self._anchor_path = mount
+            self.path = resolved.host_path[len(mount) :] if mount != "/" else resolved.host_path
+        self.path = self.path.strip("/") or "."
+        self._anchor: int | None = None
 
     async def __aenter__(self) -> SandboxIO:
-        if self._owner is not None:
-            self._fd = await anyio.to_thread.run_sync(
-                lambda: os.open(self._mount, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            )
+        self._anchor = await anyio.to_thread.run_sync(
+            lambda: os.open(self._anchor_path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        )
         return self
 
     async def __aexit__(self, *_: object) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def path(self, host_path: str) -> str:
-        if self._fd is None:
-            return host_path
-        rest = host_path[len(self._mount) :] if self._mount != "/" else host_path
-        if host_path != self._mount and not host_path.startswith(self._mount.rstrip("/") + "/"):
-            raise ValueError(f"{host_path!r} is not under {self._mount!r}")
-        return f"/proc/self/fd/{self._fd}/{rest.lstrip('/')}".rstrip("/")
+        if self._anchor is not None:
+            os.close(self._anchor)
+            self._anchor = None
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        owner = self._owner
+        owner, anchor = self._owner, self._anchor
+        assert anchor is not None, "use SandboxIO as an async context manager"
 
         def call() -> T:
             with acting_as(owner):
-                return fn(*args)
+                return fn(anchor, *args)
 
         return await anyio.to_thread.run_sync(call)

@@ -58,11 +58,3 @@ def check_members(members: list[tarfile.TarInfo], dest: str) -> list[tarfile.Tar
         else:
             checked.append(_check_fallback(member, dest))
     return checked
-
-
-def extract(tf: tarfile.TarFile, members: list[tarfile.TarInfo], dest: str) -> None:
-    """Extract checked members (with the data filter where Python has it)."""
-    if HAS_DATA_FILTER:
-        tf.extractall(dest, members=members, filter="data")
-    else:
-        tf.extractall(dest, members=members, numeric_owner=True)
