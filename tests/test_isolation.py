@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from orchard_env_client import SandboxClient
-from orchard_testing import only_backend, wait_until_it_runs_again
+from orchard_testing import create_ready, only_backend, wait_until_it_runs_again
 
 pytestmark = [
     pytest.mark.integration,
@@ -233,3 +233,27 @@ def test_the_wheels_bwrap_is_used_without_debians_and_runs_as_a_sandbox_uid(
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert version.startswith("bubblewrap ")
+
+
+def test_an_adopted_sandbox_keeps_its_etc_across_a_restart(fresh_server):
+    fresh_server.start()
+    with SandboxClient(base_url=fresh_server.url) as c:
+        sbx = c.create_sandbox("host", block_network=False)
+        assert sbx.exec("cat /etc/passwd").stdout.startswith("root:")
+        fresh_server.kill()
+        fresh_server.start()
+        again = c.get_sandbox(sbx.sandbox_id)
+        assert again.exec("cat /etc/passwd").stdout.startswith("root:")
+        assert again.exec("cat /etc/resolv.conf").stdout == "nameserver 10.0.2.3\n"
+        assert again.download_content("/etc/hosts").startswith(b"127.0.0.1")
+
+
+def test_an_isolated_server_does_not_adopt_an_unisolated_sandbox(fresh_server):
+    fresh_server.start("--isolation", "none")
+    url = fresh_server.url
+    sid = str(create_ready(url, {"image": "host"})["sandbox_id"])
+    fresh_server.kill()
+    fresh_server.start()
+    body = httpx.get(f"{url}/sandboxes/{sid}").json()
+    assert body["status"] == "failed", body
+    assert not (fresh_server.state_dir / "sandboxes" / sid).exists()

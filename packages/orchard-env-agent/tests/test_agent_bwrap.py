@@ -29,6 +29,7 @@ def boxed(multi: Agent, tmp_path: Path) -> Iterator[Agent]:
         "token": "bt",
         "workdir": "/workspace",
         "holder_pid": holder,
+        "owner": [0, 0],  # the harness's holder maps the host's root as its root
         "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace"},
         "mounts": [
             {"path": "/", "host_path": "/", "writable": False},

@@ -12,6 +12,7 @@ from orchard_env_server.backends.host_view import (
     ViewMount,
     curate_etc,
     host_view,
+    prune_etc,
     rootfs_view,
     skeleton,
 )
@@ -41,7 +42,7 @@ def _fake_etc(root: Path) -> Path:
 
 
 def test_the_curated_etc_keeps_what_anyone_may_read_and_no_secrets(tmp_path):
-    out = curate_etc(tmp_path / "out", _fake_etc(tmp_path))
+    out = curate_etc(tmp_path / "states", _fake_etc(tmp_path))
     assert (out / "ssl" / "certs" / "ca.pem").read_text() == "CA"
     assert os.readlink(out / "os-release") == "../usr/lib/os-release"
     for gone in ("shadow", "ssh", "secret.conf", "ssl/private"):
@@ -51,8 +52,17 @@ def test_the_curated_etc_keeps_what_anyone_may_read_and_no_secrets(tmp_path):
     assert (out / "group").read_text() == "root:x:0:\nsudo:x:27:\n"
     assert "localhost" in (out / "hosts").read_text()
     assert (out / "resolv.conf").exists()  # the mount point a network sandbox's resolver covers
-    again = curate_etc(tmp_path / "out", _fake_etc(tmp_path / "second"))
-    assert again == out and sorted(p.name for p in tmp_path.iterdir() if ".out." in p.name) == []
+    # Named by content: the same host /etc gives the same copy, a changed one a new copy,
+    # and the old one stays for the sandboxes bound to it until pruned.
+    assert curate_etc(tmp_path / "states", _fake_etc(tmp_path / "same")) == out
+    (tmp_path / "etc" / "motd").write_text("changed")
+    changed = curate_etc(tmp_path / "states", tmp_path / "etc")
+    assert changed != out and out.is_dir()
+    assert sorted(p.name for p in (tmp_path / "states").iterdir()) == sorted(
+        [out.name, changed.name]
+    )
+    prune_etc(tmp_path / "states", {changed})
+    assert not out.exists() and changed.is_dir()
 
 
 def test_the_host_view_shows_system_dirs_etc_and_extra_paths_only(tmp_path):

@@ -24,11 +24,16 @@ from typing import Any, TypeVar
 import anyio.to_thread
 
 from .context import SandboxContext
+from .errors import ApiError
 from .paths import Resolved
 
 T = TypeVar("T")
 _SYS_SETGROUPS = {"x86_64": 116, "aarch64": 159}
 _libc = ctypes.CDLL(None, use_errno=True)
+# uid_t is unsigned: sandbox ranges start at 10^9 and reach past 2^31.
+for _name in ("setfsuid", "setfsgid"):
+    getattr(_libc, _name).restype = ctypes.c_uint
+    getattr(_libc, _name).argtypes = [ctypes.c_uint]
 
 
 def _set_thread_groups(groups: list[int]) -> None:
@@ -77,6 +82,9 @@ class SandboxIO:
 
     def __init__(self, ctx: SandboxContext, resolved: Resolved) -> None:
         self._owner = ctx.owner if os.geteuid() == 0 else None
+        if ctx.holder_pid is not None and os.geteuid() == 0 and ctx.owner is None:
+            # Root doing an isolated sandbox's file work as root: never.
+            raise ApiError(500, "no_owner", "this sandbox was registered without its owner")
         if ctx.holder_pid is not None:
             self._anchor_path = f"/proc/{ctx.holder_pid}/root"
             self.path = resolved.sandbox_path

@@ -135,7 +135,7 @@ REGISTER_FIELDS: dict[str, tuple[Check, str]] = {
     "mounts": (is_mounts, "a list of {path, host_path, writable}"),
     "cgroup_procs": (is_cgroup_procs, "a list of absolute paths to cgroup.procs files"),
     "owner": (
-        lambda v: isinstance(v, list) and len(v) == 2 and all(is_int(i) and i > 0 for i in v),
+        lambda v: isinstance(v, list) and len(v) == 2 and all(is_int(i) and i >= 0 for i in v),
         "[uid, gid]: the host ids the sandbox's root is",
     ),
 }

@@ -369,7 +369,7 @@ static void keep_only_container_caps(void) {
     memset(data, 0, sizeof(data));
     for (int i = 0; i < 2; i++) {
         uint32_t word = (uint32_t)(keep >> (32 * i));
-        data[i].effective = data[i].permitted = data[i].inheritable = word;
+        data[i].effective = data[i].permitted = word; /* inheritable: none (CVE-2022-24769) */
     }
     if (syscall(SYS_capset, &header, data) != 0)
         die("cannot set capabilities:", "capset");

@@ -197,6 +197,7 @@ def start_holder(spec: HolderSpec) -> Holder:
         _close_all([info_read, *fds.values(), *([block_write] if block_write else [])])
         raise
     _close_all(fds.values())
+    child_pid = None
     try:
         child_pid = _read_child_pid(info_read, proc)
         if spec.uid is not None and block_write is not None:
@@ -204,9 +205,12 @@ def start_holder(spec: HolderSpec) -> Holder:
             os.write(block_write, b"1")
         _wait_for_root(child_pid, spec, proc)
     except (OSError, RuntimeError) as exc:
-        # Nothing records this holder yet: kill it here or it outlives the failed create.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        # Nothing records this holder yet: kill it here or it outlives the failed create
+        # (the sandbox's pid 1 is in a session of its own: the group kill misses it).
+        for pid, kill in ((child_pid, os.kill), (proc.pid, os.killpg)):
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    kill(pid, signal.SIGKILL)
         proc.wait()
         if isinstance(exc, RuntimeError):
             raise

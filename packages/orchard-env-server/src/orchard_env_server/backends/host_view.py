@@ -15,6 +15,7 @@ is shown whole, read-only.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import secrets
 import shutil
@@ -112,8 +113,8 @@ def skeleton(view: Sequence[ViewMount], target: Path) -> None:
             path.mkdir(parents=True, exist_ok=True)
 
 
-def curate_etc(target: Path, source: Path = Path("/etc")) -> Path:
-    """A copy of the host's ``/etc`` that a sandbox may read, made afresh in ``target``.
+def curate_etc(states: Path, source: Path = Path("/etc")) -> Path:
+    """A copy of the host's ``/etc`` that a sandbox may read: ``states/etc-<hash>``.
 
     Kept: world-readable files, directories and symlinks (a sandbox's root maps to an
     unprivileged host uid: what it could not read on the host it does not get here).
@@ -121,27 +122,53 @@ def curate_etc(target: Path, source: Path = Path("/etc")) -> Path:
     entries of human accounts (uid/gid 1000 and up, but ``nobody``/``nogroup``), whose
     names and group memberships say who uses the host. ``hosts`` is generated; the
     sandbox's hostname and ``resolv.conf`` are set per sandbox.
+
+    Copies are named by their content and never changed: a sandbox keeps its own bound
+    while it lives, and an unchanged host ``/etc`` gives the same copy after a restart
+    (``prune_etc`` removes the ones no sandbox uses).
     """
-    partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}")
+    partial = states / f".etc-{secrets.token_hex(4)}"
     partial.mkdir(mode=0o755, parents=True)
-    _copy_readable(source, partial)
-    for name, keep in (("passwd", 2), ("group", 2)):
-        src = source / name
-        with contextlib.suppress(OSError):
-            lines = src.read_text().splitlines()
-            kept = [_system_entry(line, keep, name == "group") for line in lines]
-            (partial / name).write_text("".join(f"{line}\n" for line in kept if line))
-    (partial / "hosts").write_text(_HOSTS)
-    (partial / "resolv.conf").write_text(RESOLV_NONE)  # a network sandbox gets its own
-    for path in (partial / "passwd", partial / "group", partial / "hosts", partial / "resolv.conf"):
-        with contextlib.suppress(FileNotFoundError):
-            path.chmod(0o644)
-    old = target.with_name(f".{target.name}.old.{secrets.token_hex(4)}")
-    with contextlib.suppress(FileNotFoundError):
-        target.rename(old)  # sandboxes already running keep their mount of the old copy
-    partial.rename(target)
-    shutil.rmtree(old, ignore_errors=True)
+    try:
+        _copy_readable(source, partial)
+        for name in ("passwd", "group"):
+            with contextlib.suppress(OSError):
+                lines = (source / name).read_text().splitlines()
+                kept = [_system_entry(line, 2, name == "group") for line in lines]
+                (partial / name).write_text("".join(f"{line}\n" for line in kept if line))
+        (partial / "hosts").write_text(_HOSTS)
+        (partial / "resolv.conf").write_text(RESOLV_NONE)  # a network sandbox gets its own
+        for name in ("passwd", "group", "hosts", "resolv.conf"):
+            with contextlib.suppress(FileNotFoundError):
+                (partial / name).chmod(0o644)
+        target = states / f"etc-{_tree_hash(partial)}"
+        if target.is_dir():
+            shutil.rmtree(partial)
+        else:
+            partial.rename(target)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     return target
+
+
+def prune_etc(states: Path, keep: set[Path]) -> None:
+    """Remove the curated copies in ``states`` that are not in ``keep``."""
+    for path in states.glob("etc-*"):
+        if path not in keep:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _tree_hash(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0")
+        if path.is_symlink():
+            digest.update(b"L" + os.readlink(path).encode())
+        elif path.is_file():
+            digest.update(b"F%o" % path.stat().st_mode + path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
 
 
 def _system_entry(line: str, id_field: int, drop_members: bool) -> str:

