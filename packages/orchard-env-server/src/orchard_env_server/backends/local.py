@@ -19,9 +19,10 @@ import secrets
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from orchard_env_agent import enter
 
@@ -29,7 +30,7 @@ from ..quantities import parse_cpu, parse_memory
 from ..records import AgentEndpoint, SandboxRecord, load_record, save_record
 from ..settings import Settings
 from .base import RESTART_LOSS, BackendError, SandboxRegistry
-from .bubblewrap import Holder, HolderSpec, bwrap_path, bwrap_usable, start_holder
+from .bubblewrap import HolderSpec, bwrap_path, bwrap_usable, start_holder
 from .cgroups import Cgroups, Limits
 from .egress import egress_available, start_egress
 from .host_view import (
@@ -46,6 +47,8 @@ from .processes import is_alive, kill_and_wait, start_time
 from .uid_ranges import NoFreeRange, UidRanges
 
 log = logging.getLogger("orchard_env_server")
+A = TypeVar("A")
+R = TypeVar("R")
 
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Host paths the file API must never reach through the read-only root mount.
@@ -148,7 +151,9 @@ class LocalBackend:
         """Find bwrap and orchard-enter, write the seccomp filter and the host's curated
         /etc; ``self.isolated`` says whether all of it worked, ``_why_not`` why not."""
         if os.geteuid() == 0:
-            self._stage.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            for shared in (self._stage.parent, self._stage):  # any uid walks to the stage
+                shared.mkdir(mode=0o755, parents=True, exist_ok=True)
+                shared.chmod(0o755)
         exe = bwrap_path(self._stage.parent if os.geteuid() == 0 else None)
         usable, why = bwrap_usable(exe)
         if not usable or exe is None:
@@ -175,9 +180,6 @@ class LocalBackend:
             if os.geteuid() == 0:
                 self._uids = UidRanges(self._settings.local_uid_registry)
                 self._uids.prepare()
-                self._stage.mkdir(mode=0o755, exist_ok=True)
-                self._stage.chmod(0o755)
-                self._stage.parent.chmod(0o755)
         except (OSError, subprocess.SubprocessError) as exc:
             self.isolated, self._why_not = False, f"cannot prepare isolation: {exc}"
             return
@@ -285,7 +287,7 @@ class LocalBackend:
                 enter=self._enter,
                 stage=self._stage,
             )
-            holder = await self._start_holder(spec)
+            holder = await self._spawn(start_holder, spec, lambda h: [h.pid, h.monitor_pid])
         except BaseException:
             self._release_uids(record)
             raise
@@ -297,12 +299,10 @@ class LocalBackend:
         )
         if not record.block_network:
             try:
-                egress = await self._start_egress(holder.pid)
-            except BaseException as exc:
+                egress = await self._spawn(start_egress, holder.pid, lambda pid: [pid])
+            except BaseException:
                 await self._kill_holder(record)
                 self._release_uids(record)
-                if isinstance(exc, (OSError, RuntimeError)):
-                    raise BackendError(str(exc)) from exc
                 raise
             state.update(egress_pid=egress, egress_start=start_time(egress))
         if self._cgroups.usable:
@@ -346,30 +346,19 @@ class LocalBackend:
         target = root / "etc" / "resolv.conf"
         return self._resolv if target.is_file() and not target.is_symlink() else None
 
-    async def _start_egress(self, holder_pid: int) -> int:
-        """slirp4netns for a holder, off the loop; killed if the create is cancelled."""
-        loop = asyncio.get_running_loop()
-        started = loop.run_in_executor(self._spawner, start_egress, holder_pid)
-        try:
-            return await asyncio.shield(started)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(kill_and_wait, await started, None)
-            raise
-
-    async def _start_holder(self, spec: HolderSpec) -> Holder:
-        """Start a holder off the loop. A create cancelled meanwhile (a client gone, a
-        shutdown) still gets its holder, which nothing records yet: kill it then."""
-        started = asyncio.get_running_loop().run_in_executor(self._spawner, start_holder, spec)
+    async def _spawn(self, start: Callable[[A], R], arg: A, pids: Callable[[R], list[int]]) -> R:
+        """Start a holder or its slirp4netns off the loop. A create cancelled meanwhile (a
+        client gone, a shutdown) still gets the processes (``pids`` of what ``start``
+        returns), which nothing records yet: kill them then."""
+        started = asyncio.get_running_loop().run_in_executor(self._spawner, start, arg)
         try:
             return await asyncio.shield(started)
         except (OSError, RuntimeError) as exc:
             raise BackendError(str(exc)) from exc
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
-                holder = await started
-                await asyncio.to_thread(kill_and_wait, holder.pid, None)
-                await asyncio.to_thread(kill_and_wait, holder.monitor_pid, None)
+                for pid in pids(await started):
+                    await asyncio.to_thread(kill_and_wait, pid, None)
             raise
 
     async def _limit(self, record: SandboxRecord, holder_pid: int) -> list[str]:
@@ -506,9 +495,9 @@ class LocalBackend:
         if record is None or not record.backend_state.get("isolated"):
             return
         state = record.backend_state
-        # Killing the namespace's pid 1 takes every process of the sandbox with it.
         if state.get("holder_pid") is None:
             return
+        # Killing the namespace's pid 1 takes every process of the sandbox with it.
         await asyncio.to_thread(kill_and_wait, state["holder_pid"], state.get("holder_start"))
         await asyncio.to_thread(kill_and_wait, state["monitor_pid"], state.get("monitor_start"))
         if state.get("egress_pid"):
