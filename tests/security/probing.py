@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import psutil
 
 PROBE_RAN = "ORCHARD-PROBE-RAN"
 PROBE_RESULT = "ORCHARD-PROBE-RESULT "
@@ -259,7 +260,7 @@ class MarkerService:
                 continue
             except OSError:
                 return
-            self.accepted.append(f"{peer[0]}:{peer[1]}")
+            self.accepted.append(f"{peer[0]}:{peer[1]} ({_who_connected(peer)})")
             with conn:
                 conn.settimeout(1)
                 with suppress(OSError):
@@ -273,6 +274,19 @@ class MarkerService:
         self._stop.set()
         self._thread.join(timeout=5)
         self._sock.close()
+
+
+def _who_connected(peer: tuple[str, int]) -> str:
+    """The host process whose socket is ``peer`` (a failure then names who reached the
+    service: a sandbox's helper, or some host client that happened on its port)."""
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.laddr and (conn.laddr.ip, conn.laddr.port) == peer[:2]:
+            if conn.pid is None:
+                return "no process of this host's pid namespace"
+            with suppress(psutil.Error):
+                return f"pid {conn.pid}: {' '.join(psutil.Process(conn.pid).cmdline())[:200]}"
+            return f"pid {conn.pid}"
+    return "no local socket"
 
 
 # Tries each (host, port) with a short timeout; also the sandbox's default gateway and
