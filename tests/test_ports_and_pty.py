@@ -91,3 +91,28 @@ def test_the_pty_runs_an_interactive_shell(server, sandbox):
             frame = ws.recv(timeout=5)
             seen += frame if isinstance(frame, bytes) else frame.encode()
         assert b"pty-42" in seen
+
+
+def test_port_request_returns_the_sandboxed_servers_answer_and_raises_the_services_own(
+    server, sandbox
+):
+    from orchard_env_client.errors import OrchardError
+
+    sandbox.upload_content("/workspace/site2/a b.txt", "spaced")
+    sandbox.start("cd /workspace/site2 && exec python3 -m http.server 8126 --bind 127.0.0.1")
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            response = sandbox.port_request(8126, "GET", "a b.txt")
+            break
+        except OrchardError as exc:  # nothing listens yet: the orchestrator's own 502
+            assert exc.status == 502
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    assert response.status_code == 200 and response.text == "spaced"
+    assert sandbox.port_request(8126, "GET", "nope").status_code == 404  # passed through
+    assert sandbox.port_url(8126, "/x").endswith(f"/sandboxes/{sandbox.sandbox_id}/ports/8126/x")
+    with pytest.raises(OrchardError) as info:
+        sandbox.port_request(8127, "GET", "")
+    assert info.value.status == 502 and info.value.code == "port_not_listening"

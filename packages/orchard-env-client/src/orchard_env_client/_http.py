@@ -204,6 +204,31 @@ class HttpCore:
                 raise ConnectionFailed(f"{method} {path}: {exc}") from exc
             return response
 
+    async def send_any(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | list[tuple[str, Any]] | None = None,
+        content: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> httpx.Response:
+        """Send once and return the read response whatever its status (for forwarded
+        requests, whose error answers belong to someone else); transport errors raise
+        ``ConnectionFailed``."""
+        request_id = new_request_id()
+        request = self._build(method, path, request_id, json, params, content, timeout)
+        for name, value in (headers or {}).items():
+            request.headers[name] = value
+        try:
+            return await self._client.send(request)
+        except httpx.TransportError as exc:
+            raise ConnectionFailed(
+                f"{method} {path}: {type(exc).__name__}: {exc}", request_id=request_id
+            ) from exc
+
     async def json(self, method: str, path: str, **kw: Any) -> Any:
         """``request`` and decode the JSON body."""
         return (await self.request(method, path, **kw)).json()

@@ -12,12 +12,15 @@ import tarfile
 import tempfile
 import time
 import types
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+import httpx
+
 from . import models
+from .errors import error_from_response
 
 if TYPE_CHECKING:
     from ._client import AsyncSandboxClient
@@ -26,6 +29,36 @@ WAIT_SLICE = 30.0
 """Longest server-side wait asked for in one request; longer waits loop."""
 
 _CHUNK = 1 << 20
+
+
+_SERVICE_ERROR_CODES = frozenset(
+    {
+        "unauthorized",
+        "sandbox_not_found",
+        "sandbox_not_ready",
+        "port_not_listening",
+        "bad_upstream",
+        "invalid_body",
+        "overloaded",
+        "backend_unavailable",
+    }
+)
+
+
+def _is_service_error(response: httpx.Response) -> bool:
+    """Whether an error answer of a forwarded request is the orchestrator's own: its
+    ``{"detail", "code"}`` body with one of the codes the port route can give."""
+    if "json" not in response.headers.get("content-type", ""):
+        return False
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return (
+        isinstance(body, dict)
+        and set(body) == {"detail", "code"}
+        and body.get("code") in _SERVICE_ERROR_CODES
+    )
 
 
 def _done(status: str) -> bool:
@@ -217,6 +250,45 @@ class AsyncSandbox:
             "POST", f"{self._path}/apply_patch", json=body, timeout=timeout + 30
         )
         return models.PatchResult.from_json(data)
+
+    # ------------------------------------------------------------ ports
+
+    def port_url(self, port: int, path: str = "") -> str:
+        """The service URL that forwards to ``127.0.0.1:<port>/<path>`` inside the sandbox."""
+        return f"{self._client.base_url}{self._path}/ports/{int(port)}/{path.lstrip('/')}"
+
+    async def port_request(
+        self,
+        port: int,
+        method: str,
+        path: str = "",
+        *,
+        json: Any = None,
+        content: bytes | None = None,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> httpx.Response:
+        """An HTTP request to ``127.0.0.1:<port>`` inside the sandbox, through the service.
+
+        Returns the sandboxed server's answer whatever its status. The orchestrator's own
+        errors (unknown sandbox, not ready, nothing listening on the port, bad auth) raise
+        their ``OrchardError``. Sent once, never retried.
+        """
+        if not 1 <= int(port) <= 65535:
+            raise ValueError(f"port must be in 1..65535, not {port}")
+        response = await self._client._http.send_any(
+            method.upper(),
+            f"{self._path}/ports/{int(port)}/{quote(path.lstrip('/'), safe='/')}",
+            json=json,
+            params=params,
+            content=content,
+            headers=headers,
+            timeout=timeout,
+        )
+        if response.status_code >= 400 and _is_service_error(response):
+            raise error_from_response(response)
+        return response
 
     # ------------------------------------------------------------ files
 

@@ -104,13 +104,14 @@ def render() -> str:
         '"""',
         "",
     ]
+    abc_names = [name for name in ("Iterator", "Mapping") if f"{name}[" in body]
     imports = [
-        ("os.", "import os"),
-        ("types.", "import types"),
-        ("Iterator[", "from collections.abc import Iterator"),
-        ("Any", "from typing import Any"),
+        ("os." in body, "import os"),
+        ("types." in body, "import types"),
+        (bool(abc_names), f"from collections.abc import {', '.join(abc_names)}"),
+        ("Any" in body, "from typing import Any"),
     ]
-    header += [stmt for needle, stmt in imports if needle in body]
+    header += [stmt for wanted, stmt in imports if wanted]
     if "httpx." in body:
         header += ["", "import httpx"]
     header += ["", "from . import models"]

@@ -4,7 +4,7 @@
 
 import os
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -96,6 +96,26 @@ class Sandbox:
         """A handle on an existing job of this sandbox, by id (no request is sent)."""
     def apply_patch(self, patch: str, timeout: float = 30) -> models.PatchResult:
         """Apply a unified diff in the exec cwd (git apply, 3-way, then patch --fuzz)."""
+    def port_url(self, port: int, path: str = "") -> str:
+        """The service URL that forwards to ``127.0.0.1:<port>/<path>`` inside the sandbox."""
+    def port_request(
+        self,
+        port: int,
+        method: str,
+        path: str = "",
+        *,
+        json: Any = None,
+        content: bytes | None = None,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> httpx.Response:
+        """An HTTP request to ``127.0.0.1:<port>`` inside the sandbox, through the service.
+
+        Returns the sandboxed server's answer whatever its status. The orchestrator's own
+        errors (unknown sandbox, not ready, nothing listening on the port, bad auth) raise
+        their ``OrchardError``. Sent once, never retried.
+        """
     def upload_content(self, remote_path: str, data: bytes | str) -> None:
         """Write bytes (or UTF-8 text) to ``remote_path``; parent directories are created."""
     def upload_file(self, local_path: str | os.PathLike[str], remote_path: str) -> None:
@@ -118,7 +138,9 @@ class SandboxClient:
     ``api_key`` to ``$ORCHARD_ENV_API_KEY`` (sent as ``X-API-Key``). ``timeout`` is the
     per-request HTTP timeout (long waits raise it as needed). Idempotent requests are
     retried ``max_retries`` times on 503 / connection errors. ``transport`` is handed to
-    httpx (tests pass an ``httpx.MockTransport``). Used as ``with``, it deletes the
+    httpx (tests pass an ``httpx.MockTransport``); by default it is aiohttp's connection
+    pool when aiohttp is installed (``pip install orchard-env-client[fast]``; set
+    ``ORCHARD_ENV_CLIENT_TRANSPORT=httpx`` for httpx's own), else httpx's own. Used as ``with``, it deletes the
     sandboxes it created on exit when ``auto_cleanup`` is true, then closes.
     """
 
