@@ -166,8 +166,8 @@ def _trajectory(observations: list[int], status: str | None = None) -> Trajector
         messages.append({"role": "assistant", "content": f"a{turn}"})
         messages.extend({"role": "tool", "content": f"o{turn}.{j}", "tool_call_id": "x"}
                         for j in range(n_obs))  # fmt: skip
-    meta = TrajectoryMetadata(instance_id="i", harness="tools", model="m", attempt=2,
-                              verify_status=status)  # fmt: skip
+    meta = TrajectoryMetadata(task_id="i", harness="tools", model="m", attempt=2,
+                              verdict=status)  # fmt: skip
     return Trajectory(metadata=meta, messages=messages, tools=[{"type": "function"}])
 
 

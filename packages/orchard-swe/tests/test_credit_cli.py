@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from orchard_env_client.llm import INSTANCE_ID_HEADER
 from orchard_swe.cli import main
-from orchard_swe.model import INSTANCE_ID_HEADER
 from orchard_swe.replay import Script, ScriptedModelServer, Step, ToolCall, gold_script, mini_action
 from orchard_swe.tasks import BUILTIN, load_tasks
 from orchard_swe.trajectory import Trajectory, TrajectoryMetadata
@@ -38,8 +38,8 @@ def _trajectory(instance_id: str, turns: int, verify: str = "unresolved") -> Tra
     for t in range(turns):
         msgs += [{"role": "assistant", "content": mini_action(f"echo step {t}", f"Step {t}.")},
                  {"role": "user", "content": f"<returncode>0</returncode>\n<output>\nstep {t}\n</output>"}]  # fmt: skip
-    meta = TrajectoryMetadata(instance_id=instance_id, harness="mini", model="m",
-                              exit_status="step_limit", verify_status=verify)  # fmt: skip
+    meta = TrajectoryMetadata(task_id=instance_id, harness="mini", model="m",
+                              exit_status="step_limit", verdict=verify)  # fmt: skip
     return Trajectory(metadata=meta, messages=msgs)
 
 

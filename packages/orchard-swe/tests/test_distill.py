@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from orchard_env_client.llm import ModelConfig
 from orchard_swe.distill import TRAJECTORIES, DistillConfig, distill, finished_attempts
-from orchard_swe.model import ModelConfig
 from orchard_swe.replay import ScriptedModelServer, empty_script, gold_script
 from orchard_swe.trajectory import read_jsonl
 
@@ -29,7 +29,7 @@ async def test_gold_resolves_and_a_rerun_skips_what_is_done(client, calc_task, t
         trajectories = read_jsonl(tmp_path / TRAJECTORIES)
         assert {t.metadata.attempt for t in trajectories} == {0, 1}
         meta = trajectories[0].metadata
-        assert meta.verify_status == "resolved" and meta.harness == harness
+        assert meta.verdict == "resolved" and meta.harness == harness
         assert meta.exit_status == "submitted" and meta.steps >= 2 and meta.prompt_tokens > 0
         assert meta.extra["grading"]["status"] == "resolved"
         again = await distill(client, [calc_task], _config(model, tmp_path, harness))

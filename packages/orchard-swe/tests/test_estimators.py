@@ -24,8 +24,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from orchard_env_client import AsyncSandboxClient
+from orchard_env_client.llm import ModelConfig
 from orchard_swe.distill import DistillConfig, run_attempt
-from orchard_swe.model import ModelConfig
 from orchard_swe.replay import Script, ScriptedModelServer, Step, ToolCall, gold_script, mini_action
 from orchard_swe.tasks import BUILTIN, Task, load_tasks
 from orchard_swe.training.credit import CreditConfig, samples_for
@@ -127,12 +127,12 @@ def test_prefix_end_and_terminal_value() -> None:
     assert [prefix_end(msgs, i) for i in range(3)] == [2, 4, 6]
     with pytest.raises(ValueError):
         prefix_end(msgs, 3)
-    meta = TrajectoryMetadata(instance_id="i", harness="tools", model="m",
-                              exit_status="submitted", verify_status="unresolved")  # fmt: skip
+    meta = TrajectoryMetadata(task_id="i", harness="tools", model="m",
+                              exit_status="submitted", verdict="unresolved")  # fmt: skip
     assert terminal_value(Trajectory(metadata=meta)) == 0.0
-    assert terminal_value(Trajectory(metadata=attrs.evolve(meta, verify_status="resolved"))) == 1.0
+    assert terminal_value(Trajectory(metadata=attrs.evolve(meta, verdict="resolved"))) == 1.0
     assert terminal_value(Trajectory(metadata=attrs.evolve(meta, exit_status="step_limit"))) is None
-    assert terminal_value(Trajectory(metadata=attrs.evolve(meta, verify_status=None))) is None
+    assert terminal_value(Trajectory(metadata=attrs.evolve(meta, verdict=None))) is None
 
 
 @pytest.mark.fast
@@ -194,8 +194,8 @@ def _trajectory(instance_id: str, turns: int = 2, **meta: Any) -> Trajectory:
     for t in range(turns):
         msgs += [{"role": "assistant", "content": mini_action(f"echo {t}")},
                  {"role": "user", "content": f"<returncode>0</returncode>\n<output>\n{t}\n</output>"}]  # fmt: skip
-    fields = {"exit_status": "step_limit", "verify_status": "unresolved", **meta}
-    return Trajectory(metadata=TrajectoryMetadata(instance_id=instance_id, harness="mini",
+    fields = {"exit_status": "step_limit", "verdict": "unresolved", **meta}
+    return Trajectory(metadata=TrajectoryMetadata(task_id=instance_id, harness="mini",
                                                   model="m", **fields), messages=msgs)  # fmt: skip
 
 
@@ -240,7 +240,7 @@ async def test_judge_garbage_raises_or_falls_back() -> None:
 async def test_judge_uses_the_verdict_of_a_graded_submission() -> None:
     with ScriptedModelServer() as server:
         server.add("graded", ["0.6"])
-        traj = _trajectory("graded", turns=2, exit_status="submitted", verify_status="unresolved")
+        traj = _trajectory("graded", turns=2, exit_status="submitted", verdict="unresolved")
         judge = _judge(server.base_url)
         assert judge.units(traj) == 2
         assert await judge.values(traj) == [0.6, 0.6, 0.0]
@@ -306,7 +306,7 @@ async def recorded(
                                    model=ModelConfig(model="scripted", base_url=model.base_url))  # fmt: skip
             traj = await run_attempt(client, task, 0, config)
         meta = traj.metadata
-        assert meta.exit_status == "submitted" and meta.verify_status == "unresolved", meta
+        assert meta.exit_status == "submitted" and meta.verdict == "unresolved", meta
         assert len(traj.assistant_messages()) == 5
         _RECORDED[key] = traj
     return _RECORDED[key]

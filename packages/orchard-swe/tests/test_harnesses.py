@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 from orchard_env_client import AsyncSandbox, AsyncSandboxClient, Sandbox, SandboxClient
+from orchard_env_client.llm import ChatClient, ModelConfig, ModelError
 from orchard_swe.harness.editor import SandboxEditor, ToolError
 from orchard_swe.harness.tools import NO_TOOL_CALL_REMINDER, TOOLS, run_tools_agent
-from orchard_swe.model import ChatClient, ModelConfig, ModelError
 from orchard_swe.replay import (
     Script,
     ScriptedModelServer,
@@ -187,7 +187,7 @@ async def test_tools_gold_script_gives_exactly_the_gold_patch(
     traj = await run_tools_agent(asandbox, PROBLEM, model=model, instance_id="tools-gold")
     meta = traj.metadata
     assert meta.exit_status == "submitted", meta.error
-    assert meta.final_patch == gold_patch
+    assert meta.final_output == gold_patch
     assert meta.steps == 3 and meta.harness == "tools" and meta.error is None
     assert meta.prompt_tokens > 0 and meta.completion_tokens > 0
     assert meta.cost == pytest.approx(model.cost(meta.prompt_tokens, meta.completion_tokens))
@@ -205,7 +205,7 @@ async def test_tools_gold_script_gives_exactly_the_gold_patch(
     model_server.add("tools-replay", from_trajectory(again))
     replayed = await run_tools_agent(asandbox, PROBLEM, model=model, instance_id="tools-replay")
     assert replayed.metadata.exit_status == "submitted"
-    assert replayed.metadata.final_patch == gold_patch
+    assert replayed.metadata.final_output == gold_patch
 
 
 @integration
@@ -215,7 +215,7 @@ async def test_tools_empty_script_gives_an_empty_patch(
     model_server.add("tools-empty", empty_script("tools"))
     traj = await run_tools_agent(asandbox, PROBLEM, model=model, instance_id="tools-empty")
     assert traj.metadata.exit_status == "submitted"
-    assert traj.metadata.final_patch == ""
+    assert traj.metadata.final_output == ""
     assert traj.metadata.steps == 1
 
 
@@ -229,7 +229,7 @@ async def test_tools_junk_model_ends_at_the_step_limit(
     )
     assert traj.metadata.exit_status == "step_limit"
     assert traj.metadata.steps == 4
-    assert traj.metadata.final_patch == ""
+    assert traj.metadata.final_output == ""
     reminders = [m for m in traj.messages if m.get("content") == NO_TOOL_CALL_REMINDER]
     assert len(reminders) == 4
 
@@ -321,7 +321,7 @@ async def test_tools_model_errors_end_the_episode_cleanly(
     traj = await run_tools_agent(asandbox, PROBLEM, model=model, instance_id="nobody-knows")
     assert traj.metadata.exit_status.startswith("error: ModelError")
     assert "unknown conversation" in (traj.metadata.error or "")
-    assert traj.metadata.final_patch == "" and traj.metadata.steps == 0
+    assert traj.metadata.final_output == "" and traj.metadata.steps == 0
 
 
 @integration
@@ -357,7 +357,7 @@ async def test_editor_tool_calls_through_the_harness(
     results = [m["content"] for m in traj.messages if m["role"] == "tool"]
     assert "     1\tdef add(a, b):\n     2\t    return a - b" in results[0]
     assert "has been edited" in results[1]
-    patch = traj.metadata.final_patch
+    patch = traj.metadata.final_output
     assert "-    return a - b\n+    return a + b\n" in patch
     assert "+++ b/notes/todo.txt\n@@ -0,0 +1 @@\n+x\n\\ No newline at end of file\n" in patch
 
@@ -481,7 +481,7 @@ def test_mini_gold_script_gives_exactly_the_gold_patch(
     traj = _mini(sandbox, model, "mini-gold", tmp_path / "traj", attempt=2)
     meta = traj.metadata
     assert meta.exit_status == "submitted", meta.error
-    assert meta.final_patch == gold_patch
+    assert meta.final_output == gold_patch
     assert meta.harness == "mini" and meta.model == "scripted" and meta.attempt == 2
     assert meta.steps == 3 and meta.prompt_tokens > 0 and meta.completion_tokens > 0
     assert meta.cost == pytest.approx(model.cost(meta.prompt_tokens, meta.completion_tokens))
@@ -503,8 +503,8 @@ def test_mini_gold_script_gives_exactly_the_gold_patch(
     converted = from_mini_traj(traj_file, instance_id="mini-gold", attempt=2)
     assert converted.messages == traj.messages
     assert converted.metadata.exit_status == "submitted"
-    assert converted.metadata.final_patch == meta.extra["mini"]["submission"]
-    assert "+    return a + b" in converted.metadata.final_patch
+    assert converted.metadata.final_output == meta.extra["mini"]["submission"]
+    assert "+    return a + b" in converted.metadata.final_output
 
     append_jsonl(tmp_path / "t.jsonl", traj)
     append_jsonl(tmp_path / "t.jsonl", converted)
@@ -527,7 +527,7 @@ def test_mini_empty_script_gives_an_empty_patch(
     )
     traj = _mini(sandbox, keyed, "mini-empty", tmp_path)
     assert traj.metadata.exit_status == "submitted"
-    assert traj.metadata.final_patch == ""
+    assert traj.metadata.final_output == ""
     assert traj.metadata.steps == 1
     assert model_server.requests[-1].authorization == "Bearer sk-test-secret-123"
     saved = Path(traj.metadata.extra["mini_traj_path"]).read_text()
@@ -542,7 +542,7 @@ def test_mini_junk_model_ends_without_crashing(
     # mini's own rule: 3 unparseable replies in a row end the episode
     traj = _mini(sandbox, model, "mini-junk", tmp_path, step_limit=5)
     assert traj.metadata.exit_status == "format_error"
-    assert traj.metadata.steps == 3 and traj.metadata.final_patch == ""
+    assert traj.metadata.steps == 3 and traj.metadata.final_output == ""
     # with that rule off, the step limit ends it
     traj = _mini(
         sandbox, model, "mini-junk", tmp_path, step_limit=4, max_consecutive_format_errors=0
@@ -564,7 +564,7 @@ def test_mini_tool_calling_config(
     model_server.add("mini-tc", gold_script(gold_patch, "mini", toolcalls=True))
     traj = _mini(sandbox, model, "mini-tc", tmp_path, mini_config="swebench.yaml")
     assert traj.metadata.exit_status == "submitted", traj.metadata.error
-    assert traj.metadata.final_patch == gold_patch
+    assert traj.metadata.final_output == gold_patch
     assert [t["function"]["name"] for t in traj.tools] == ["bash"]
     assert all(m.get("tool_calls") for m in traj.assistant_messages())
     _check_tool_protocol(traj.messages, open_end=True)
@@ -585,7 +585,7 @@ def test_mini_replays_a_recorded_trajectory(
     model_server.add("mini-rep", from_trajectory(first))
     again = _mini(sandbox, model, "mini-rep", tmp_path)
     assert again.metadata.exit_status == "submitted"
-    assert again.metadata.final_patch == gold_patch
+    assert again.metadata.final_output == gold_patch
 
 
 @integration

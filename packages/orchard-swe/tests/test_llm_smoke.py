@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from orchard_env_client.llm import ModelConfig
 from orchard_swe.distill import TRAJECTORIES, DistillConfig, distill
 from orchard_swe.grading import STATUSES
-from orchard_swe.model import ModelConfig
 from orchard_swe.tasks import load_tasks
 from orchard_swe.trajectory import read_jsonl
 
@@ -26,7 +26,7 @@ async def test_a_real_model_drives_each_harness_to_a_graded_trajectory(
     summary = await distill(client, [task], config)
     assert summary["attempts"] == 1
     meta = read_jsonl(tmp_path / TRAJECTORIES)[0]
-    assert meta.metadata.verify_status in STATUSES
+    assert meta.metadata.verdict in STATUSES
     assert meta.metadata.prompt_tokens > 0 and meta.metadata.completion_tokens > 0
     assert meta.metadata.steps >= 1 and meta.metadata.error is None, meta.metadata
     assert meta.metadata.exit_status  # submitted, step_limit or format_error: the loop ended

@@ -104,8 +104,8 @@ def test_the_gguf_header_reader(tmp_path: Path) -> None:
 
 def _traj(messages: list[dict[str, Any]], *, status: str | None = "resolved",
           exit_status: str = "submitted", attempt: int = 0, tools: list | None = None) -> Trajectory:  # fmt: skip
-    meta = TrajectoryMetadata(instance_id="calc-1", harness="tools", model="m", attempt=attempt,
-                              exit_status=exit_status, verify_status=status)  # fmt: skip
+    meta = TrajectoryMetadata(task_id="calc-1", harness="tools", model="m", attempt=attempt,
+                              exit_status=exit_status, verdict=status)  # fmt: skip
     return Trajectory(metadata=meta, messages=messages, tools=tools or [])
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from orchard_swe.model import ModelConfig
+from orchard_env_client.llm import ModelConfig
 from orchard_swe.replay import (
     MINI_SUBMIT_COMMAND,
     Step,
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.fast
 
 def _traj(instance_id: str = "repo__issue-1", **meta: Any) -> Trajectory:
     metadata = TrajectoryMetadata(
-        instance_id=instance_id,
+        task_id=instance_id,
         harness="tools",
         model="m",
         attempt=1,
@@ -45,7 +45,7 @@ def _traj(instance_id: str = "repo__issue-1", **meta: Any) -> Trajectory:
         started_at=100.0,
         finished_at=101.5,
         duration_s=1.5,
-        final_patch="diff --git a/x b/x\n+caf\u00e9\n",
+        final_output="diff --git a/x b/x\n+caf\u00e9\n",
         extra={"nested": {"k": [1, 2]}},
         **meta,
     )
@@ -68,11 +68,11 @@ def test_round_trip_through_dict_and_json() -> None:
     traj = _traj()
     data = traj.to_dict()
     assert data["schema"] == SCHEMA
-    assert data["metadata"]["verify_status"] is None and data["metadata"]["error"] is None
+    assert data["metadata"]["verdict"] is None and data["metadata"]["error"] is None
     assert Trajectory.from_dict(json.loads(json.dumps(data))) == traj
     assert Trajectory.from_json(traj.to_json()) == traj
     assert "\n" not in traj.to_json()
-    with pytest.raises(ValueError, match="not an orchard-swe trajectory"):
+    with pytest.raises(ValueError, match="not an Orchard trajectory"):
         Trajectory.from_dict({"schema": "something-else", "metadata": {}})
     # metadata from a newer writer: unknown keys are ignored
     data["metadata"]["future_field"] = 1
@@ -81,7 +81,7 @@ def test_round_trip_through_dict_and_json() -> None:
 
 def test_jsonl_append_and_read(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "trajs.jsonl"
-    first, second = _traj("a"), _traj("b", verify_status="passed")
+    first, second = _traj("a"), _traj("b", verdict="passed")
     append_jsonl(path, first)
     append_jsonl(path, second)
     assert read_jsonl(path) == [first, second]
@@ -95,11 +95,11 @@ def test_a_torn_last_line_is_skipped_with_a_warning(tmp_path: Path) -> None:
     with open(path, "a") as fh:
         fh.write(whole[: len(whole) // 2])  # a crash mid-write
     with pytest.warns(RuntimeWarning, match="torn"):
-        assert [t.metadata.instance_id for t in read_jsonl(path)] == ["a"]
+        assert [t.metadata.task_id for t in read_jsonl(path)] == ["a"]
     # the next append starts on a fresh line, so only the torn record is lost
     append_jsonl(path, _traj("c"))
     with pytest.warns(RuntimeWarning, match=":2: skipping"):
-        assert [t.metadata.instance_id for t in read_jsonl(path)] == ["a", "c"]
+        assert [t.metadata.task_id for t in read_jsonl(path)] == ["a", "c"]
     with pytest.raises(ValueError, match="corrupt line"):
         read_jsonl(path, strict=True)
 
@@ -184,7 +184,7 @@ def test_from_mini_traj_converts_messages_and_metadata(tmp_path: Path) -> None:
     assert all("extra" not in m for m in traj.messages)
     assert traj.tools == []
     meta = traj.metadata
-    assert (meta.instance_id, meta.harness, meta.model, meta.attempt) == (
+    assert (meta.task_id, meta.harness, meta.model, meta.attempt) == (
         "repo__issue-1",
         "mini",
         "openai/qwen",
@@ -194,10 +194,10 @@ def test_from_mini_traj_converts_messages_and_metadata(tmp_path: Path) -> None:
     assert (meta.steps, meta.cost) == (3, 0.5)
     assert (meta.prompt_tokens, meta.completion_tokens) == (200, 40)  # the reply + the junk one
     assert (meta.started_at, meta.finished_at, meta.duration_s) == (1000.0, 1004.0, 4.0)
-    assert meta.final_patch == "diff --git a/a b/a\n"
+    assert meta.final_output == "diff --git a/a b/a\n"
     assert meta.extra["mini"]["exit_status"] == "Submitted"
     # the same from the dict, with an instance id given
-    assert from_mini_traj(_mini_data(), instance_id="other").metadata.instance_id == "other"
+    assert from_mini_traj(_mini_data(), instance_id="other").metadata.task_id == "other"
     assert Trajectory.from_json(traj.to_json()) == traj
 
 

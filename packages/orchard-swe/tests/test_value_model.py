@@ -56,9 +56,7 @@ def test_each_prefix_ends_where_its_render_ends(renderer: ChatRenderer) -> None:
         {"role": "user", "content": "more"},
         {"role": "assistant", "content": "done"},
     ]
-    meta = TrajectoryMetadata(
-        instance_id="i", harness="tools", model="m", verify_status="unresolved"
-    )
+    meta = TrajectoryMetadata(task_id="i", harness="tools", model="m", verdict="unresolved")
     traj = Trajectory(metadata=meta, messages=messages, tools=[BASH])
     seq = prefix_sequence(traj, renderer)
     assert len(seq.positions) == 3 + 1  # T + 1 values, as credit.py defines them
@@ -108,7 +106,7 @@ async def test_train_then_estimate(
             assert values == pytest.approx(again, abs=1e-5)
         # the values the worker serves are those it trained: the same prefixes, same model
         resolved = [v for t, vs in zip(trajectories, together, strict=True) for v in vs
-                    if t.metadata.verify_status == "resolved"]  # fmt: skip
+                    if t.metadata.verdict == "resolved"]  # fmt: skip
         assert sum(resolved) / len(resolved) == pytest.approx(
             report["after"]["mean_value_resolved"], abs=1e-4)  # fmt: skip
         samples = await credit_samples(trajectories, estimator, CreditConfig())

@@ -15,9 +15,9 @@ from rich.console import Console
 from rich.table import Table
 
 from orchard_env_client import AsyncSandboxClient
+from orchard_env_client.llm import ModelConfig
 
 from .grading import STATUSES, GradeResult, grade
-from .model import ModelConfig
 from .tasks import BUILTIN, Task, TaskLoadError, load_tasks
 from .training.barsim_cli import add_arguments as bar_sim_arguments
 from .training.credit_cli import add_arguments as credit_sft_arguments

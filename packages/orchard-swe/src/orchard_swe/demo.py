@@ -18,9 +18,9 @@ from rich.console import Console
 from rich.table import Table
 
 from orchard_env_client import AsyncSandboxClient
+from orchard_env_client.llm import ModelConfig
 
 from .distill import DistillConfig, Harness, distill
-from .model import ModelConfig
 from .own_service import service
 from .replay import Script, ScriptedModelServer, empty_script, gold_script
 from .tasks import BUILTIN, Task, load_tasks

@@ -19,10 +19,10 @@ import attrs
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchard_env_client import AsyncSandbox, AsyncSandboxClient, SandboxClient
+from orchard_env_client.llm import ModelConfig
 
 from .environment import prepare
 from .grading import grade
-from .model import ModelConfig
 from .tasks import Task
 from .trajectory import Trajectory, TrajectoryMetadata, append_jsonl, read_jsonl
 
@@ -51,7 +51,7 @@ def finished_attempts(out_dir: Path) -> set[tuple[str, int]]:
     path = out_dir / TRAJECTORIES
     if not path.exists():
         return set()
-    return {(t.metadata.instance_id, t.metadata.attempt) for t in read_jsonl(path)}
+    return {(t.metadata.task_id, t.metadata.attempt) for t in read_jsonl(path)}
 
 
 async def _run_harness(
@@ -90,9 +90,9 @@ def _failed_trajectory(task: Task, attempt: int, config: DistillConfig, error: s
         messages=[],
         tools=[],
         metadata=TrajectoryMetadata(
-            instance_id=task.instance_id, harness=config.harness, model=config.model.model,
-            attempt=attempt, exit_status="error", started_at=now, finished_at=now,
-            error=error, verify_status="error",
+            task_id=task.instance_id, recipe="swe", harness=config.harness,
+            model=config.model.model, attempt=attempt, exit_status="error", started_at=now,
+            finished_at=now, error=error, verdict="error",
         ),
     )  # fmt: skip
 
@@ -115,9 +115,9 @@ async def run_attempt(
     finally:
         await sandbox.delete()
     if config.grade:
-        result = await grade(client, task, trajectory.metadata.final_patch,
+        result = await grade(client, task, trajectory.metadata.final_output,
                              backend=config.backend, default_image=config.default_image)  # fmt: skip
-        trajectory.metadata.verify_status = result.status
+        trajectory.metadata.verdict = result.status
         trajectory.metadata.extra["grading"] = result.to_dict()
     return trajectory
 
@@ -141,7 +141,7 @@ async def distill(
         async with gate:
             trajectory = await run_attempt(client, task, attempt, config)
         append_jsonl(path, trajectory)
-        status = trajectory.metadata.verify_status or trajectory.metadata.exit_status
+        status = trajectory.metadata.verdict or trajectory.metadata.exit_status
         progress.update(bar, advance=1, last=f"{task.instance_id}#{attempt}: {status}")
 
     with progress:
@@ -154,16 +154,16 @@ async def distill(
 def summarize(trajectories: Sequence[Trajectory], skipped: int = 0) -> dict[str, Any]:
     """Resolved rate, tokens, cost and failures by cause over a run's trajectories."""
     metas = [t.metadata for t in trajectories]
-    verify = Counter(m.verify_status or "ungraded" for m in metas)
+    verify = Counter(m.verdict or "ungraded" for m in metas)
     exits = Counter(m.exit_status for m in metas)
     causes = Counter(
-        (m.error or m.exit_status).split(":")[0] for m in metas if m.verify_status != "resolved"
+        (m.error or m.exit_status).split(":")[0] for m in metas if m.verdict != "resolved"
     )
     total = len(metas)
     return {
         "attempts": total,
         "resumed_from_earlier_run": skipped,
-        "instances": len({m.instance_id for m in metas}),
+        "instances": len({m.task_id for m in metas}),
         "resolved": verify.get("resolved", 0),
         "resolved_rate": verify.get("resolved", 0) / total if total else 0.0,
         "verify_status": dict(verify),

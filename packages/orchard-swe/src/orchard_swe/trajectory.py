@@ -1,27 +1,34 @@
-"""One trajectory schema for every SWE harness, stored as JSON lines.
+"""The SWE recipe's side of the trajectory contract.
 
-A :class:`Trajectory` is an OpenAI-style conversation (``messages``), the tool specs that
-were offered (``tools``, empty for text-based harnesses such as mini-swe-agent's backticks
-config) and a :class:`TrajectoryMetadata` record (instance, harness, model, limits hit,
-usage, timings, the final patch and, later, the grading verdict).
-
-Files of trajectories are JSON lines: :func:`append_jsonl` writes one record per line and
-fsyncs it, so a crash loses at most the line being written; :func:`read_jsonl` skips a torn
-line with a warning. :func:`from_mini_traj` converts the ``.traj.json`` that
-mini-swe-agent v2's ``DefaultAgent.save`` writes.
+The record itself (:class:`Trajectory`, its metadata, JSON-lines I/O) is recipe-neutral and
+lives in :mod:`orchard_env_client.trajectory`; it is re-exported here. What is SWE's own:
+:data:`COST_LIMIT`, and :func:`from_mini_traj`, which converts the ``.traj.json`` that
+mini-swe-agent v2's ``DefaultAgent.save`` writes. A SWE trajectory's ``task_id`` is the
+SWE-bench instance id, its ``final_output`` the final patch and its ``verdict`` the
+grading status.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import threading
-import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-import attrs
+from orchard_env_client.trajectory import (
+    FORMAT_ERROR,
+    SCHEMA,
+    STEP_LIMIT,
+    SUBMITTED,
+    TIME_LIMIT,
+    Trajectory,
+    TrajectoryMetadata,
+    append_jsonl,
+    error_status,
+    iter_jsonl,
+    read_jsonl,
+)
 
 __all__ = [
     "COST_LIMIT",
@@ -40,14 +47,8 @@ __all__ = [
     "read_jsonl",
 ]
 
-SCHEMA: Final = "orchard-swe-trajectory/1"
-"""Value of the ``schema`` key of a serialised trajectory."""
-
-SUBMITTED: Final = "submitted"
-STEP_LIMIT: Final = "step_limit"
 COST_LIMIT: Final = "cost_limit"
-TIME_LIMIT: Final = "time_limit"
-FORMAT_ERROR: Final = "format_error"
+"""SWE's own exit status: the episode's model spend reached its limit."""
 
 _MESSAGE_KEYS: Final = (
     "role",
@@ -57,152 +58,6 @@ _MESSAGE_KEYS: Final = (
     "name",
     "reasoning_content",
 )
-
-
-def error_status(exc: BaseException | str) -> str:
-    """The ``exit_status`` of an episode that ended with an error: ``"error: <what>"``."""
-    what = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
-    what = " ".join(what.split())
-    return f"error: {what[:500]}"
-
-
-@attrs.define(kw_only=True)
-class TrajectoryMetadata:
-    """What one episode was and how it ended; ``verify_status`` is filled in by grading."""
-
-    instance_id: str
-    harness: str
-    """``"mini"`` or ``"tools"``."""
-    model: str
-    attempt: int = 0
-    exit_status: str = ""
-    """``submitted``, ``step_limit``, ``cost_limit``, ``time_limit``, ``format_error`` or
-    ``error: ...``."""
-    steps: int = 0
-    """Model calls made (a reply without a usable action counts too)."""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float = 0.0
-    started_at: float = 0.0
-    """Unix time."""
-    finished_at: float = 0.0
-    """Unix time."""
-    duration_s: float = 0.0
-    final_patch: str = ""
-    verify_status: str | None = None
-    error: str | None = None
-    extra: dict[str, Any] = attrs.field(factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field."""
-        return attrs.asdict(self, recurse=False) | {"extra": dict(self.extra)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TrajectoryMetadata:
-        """Build from :meth:`to_dict` output; unknown keys are ignored."""
-        names = {f.name for f in attrs.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-
-@attrs.define(kw_only=True)
-class Trajectory:
-    """An episode: OpenAI-style ``messages``, the ``tools`` offered, and ``metadata``."""
-
-    metadata: TrajectoryMetadata
-    messages: list[dict[str, Any]] = attrs.field(factory=list)
-    tools: list[dict[str, Any]] = attrs.field(factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (``schema``, ``metadata``, ``messages``, ``tools``)."""
-        return {
-            "schema": SCHEMA,
-            "metadata": self.metadata.to_dict(),
-            "messages": [dict(m) for m in self.messages],
-            "tools": [dict(t) for t in self.tools],
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Trajectory:
-        """Build from :meth:`to_dict` output."""
-        schema = data.get("schema", SCHEMA)
-        if not str(schema).startswith("orchard-swe-trajectory/"):
-            raise ValueError(f"not an orchard-swe trajectory (schema={schema!r})")
-        return cls(
-            metadata=TrajectoryMetadata.from_dict(data["metadata"]),
-            messages=[dict(m) for m in data.get("messages", [])],
-            tools=[dict(t) for t in data.get("tools", [])],
-        )
-
-    def to_json(self) -> str:
-        """One line of compact JSON."""
-        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> Trajectory:
-        """Parse :meth:`to_json` output."""
-        return cls.from_dict(json.loads(text))
-
-    def assistant_messages(self) -> list[dict[str, Any]]:
-        """The assistant turns, in order."""
-        return [m for m in self.messages if m.get("role") == "assistant"]
-
-
-# ---------------------------------------------------------------- JSON lines
-
-_APPEND_LOCK = threading.Lock()
-
-
-def append_jsonl(path: str | os.PathLike[str], traj: Trajectory) -> None:
-    """Append ``traj`` to ``path`` as one line, flushed and fsync'd before returning.
-
-    A crash loses at most the line being written. If an earlier crash left a torn last
-    line (no trailing newline), a newline is written first so the new record stays whole.
-    Appends from threads of one process are serialised.
-    """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    line = (traj.to_json() + "\n").encode("utf-8")
-    with _APPEND_LOCK, open(target, "ab+") as fh:
-        fh.seek(0, os.SEEK_END)
-        if fh.tell() > 0:
-            fh.seek(-1, os.SEEK_END)
-            if fh.read(1) != b"\n":
-                line = b"\n" + line
-            fh.seek(0, os.SEEK_END)
-        fh.write(line)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def iter_jsonl(path: str | os.PathLike[str], *, strict: bool = False) -> Iterator[Trajectory]:
-    """Yield the trajectories of a JSON-lines file, skipping torn lines with a warning.
-
-    A torn line is one that does not parse (a crash mid-write). With ``strict``, only the
-    last line may be torn; a bad line elsewhere raises ``ValueError``.
-    """
-    with open(path, "rb") as fh:
-        lines = fh.read().split(b"\n")
-    last = max((i for i, raw in enumerate(lines) if raw.strip()), default=-1)
-    for number, raw in enumerate(lines):
-        if not raw.strip():
-            continue
-        try:
-            data = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            if strict and number != last:
-                raise ValueError(f"{path}:{number + 1}: corrupt line: {exc}") from exc
-            warnings.warn(
-                f"{path}:{number + 1}: skipping a torn or corrupt line ({exc})",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            continue
-        yield Trajectory.from_dict(data)
-
-
-def read_jsonl(path: str | os.PathLike[str], *, strict: bool = False) -> list[Trajectory]:
-    """All trajectories of a JSON-lines file (see :func:`iter_jsonl`)."""
-    return list(iter_jsonl(path, strict=strict))
 
 
 # ---------------------------------------------------------------- mini-swe-agent
@@ -365,7 +220,8 @@ def from_mini_traj(
     if info.get("traceback") or exit_extra.get("traceback"):
         mini_extra["traceback"] = info.get("traceback") or exit_extra.get("traceback")
     metadata = TrajectoryMetadata(
-        instance_id=str(instance_id or data.get("instance_id") or ""),
+        task_id=str(instance_id or data.get("instance_id") or ""),
+        recipe="swe",
         harness="mini",
         model=str(model or model_cfg.get("model_name") or ""),
         attempt=attempt,
@@ -377,7 +233,7 @@ def from_mini_traj(
         started_at=started,
         finished_at=finished,
         duration_s=max(0.0, finished - started),
-        final_patch=str(info.get("submission") or ""),
+        final_output=str(info.get("submission") or ""),
         error=error,
         extra={"mini": mini_extra},
     )

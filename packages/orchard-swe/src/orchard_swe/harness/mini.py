@@ -41,8 +41,8 @@ from minisweagent.utils.serialize import recursive_merge
 from pydantic import BaseModel
 
 from orchard_env_client import OrchardError, Sandbox, SandboxClient
+from orchard_env_client.llm import INSTANCE_ID_HEADER, ModelConfig
 
-from ..model import INSTANCE_ID_HEADER, ModelConfig
 from ..trajectory import Trajectory, error_status, from_mini_traj
 from . import PatchError, base_commit_command, decode_patch, final_patch_command
 
@@ -456,12 +456,12 @@ def run_mini_agent(
     traj = from_mini_traj(traj_path, instance_id=instance_id, attempt=attempt, model=model.model)
     meta = traj.metadata
     try:
-        meta.final_patch = compute_final_patch_sync(sandbox, repo_dir, base_commit)
+        meta.final_output = compute_final_patch_sync(sandbox, repo_dir, base_commit)
     except (PatchError, OrchardError) as exc:
-        meta.final_patch = ""
+        meta.final_output = ""
         extra["patch_error"] = str(exc)
         meta.error = meta.error or f"final patch: {exc}"
-    if "\ufffd" in meta.final_patch:
+    if "\ufffd" in meta.final_output:
         extra["patch_lossy_decode"] = True
     if meta.cost == 0.0 and (meta.prompt_tokens or meta.completion_tokens):
         meta.cost = model.cost(meta.prompt_tokens, meta.completion_tokens)

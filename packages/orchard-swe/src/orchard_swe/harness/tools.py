@@ -33,8 +33,8 @@ from orchard_env_client import (
     SandboxNotFound,
     SandboxNotReady,
 )
+from orchard_env_client.llm import INSTANCE_ID_HEADER, ChatClient, ModelConfig, ModelError
 
-from ..model import INSTANCE_ID_HEADER, ChatClient, ModelConfig, ModelError
 from ..trajectory import (
     COST_LIMIT,
     STEP_LIMIT,
@@ -395,7 +395,8 @@ async def run_tools_agent(
     extra["tool_errors"] = episode.tool_errors
     finished_at = time.time()
     metadata = TrajectoryMetadata(
-        instance_id=instance_id,
+        task_id=instance_id,
+        recipe="swe",
         harness="tools",
         model=model.model,
         attempt=attempt,
@@ -407,7 +408,7 @@ async def run_tools_agent(
         started_at=started_at,
         finished_at=finished_at,
         duration_s=time.monotonic() - t0,
-        final_patch=final_patch,
+        final_output=final_patch,
         error=error,
         extra=extra,
     )

@@ -218,7 +218,7 @@ def whole_sample(traj: Trajectory) -> SftSample:
         loss_mask=tuple(int(m.get("role") == "assistant") for m in traj.messages),
         tools=tuple(dict(t) for t in traj.tools),
         kind="whole",
-        instance_id=traj.metadata.instance_id,
+        instance_id=traj.metadata.task_id,
         attempt=traj.metadata.attempt,
     )
 
@@ -239,7 +239,7 @@ def segment_sample(traj: Trajectory, segment: Segment) -> SftSample:
         loss_mask=tuple(int(i in targets) for i in range(end)),
         tools=tuple(dict(t) for t in traj.tools),
         kind="segment",
-        instance_id=traj.metadata.instance_id,
+        instance_id=traj.metadata.task_id,
         attempt=traj.metadata.attempt,
         segment=segment,
     )
@@ -247,7 +247,7 @@ def segment_sample(traj: Trajectory, segment: Segment) -> SftSample:
 
 def is_resolved(traj: Trajectory) -> bool:
     """The default test: grading said ``resolved``."""
-    return traj.metadata.verify_status == "resolved"
+    return traj.metadata.verdict == "resolved"
 
 
 @attrs.frozen(kw_only=True)
@@ -304,7 +304,7 @@ class FixedValues:
     async def values(self, trajectory: Trajectory) -> list[float]:
         """The stored curve (``KeyError`` if a per-trajectory mapping lacks this one)."""
         if isinstance(self.curves, Mapping):
-            key = (trajectory.metadata.instance_id, trajectory.metadata.attempt)
+            key = (trajectory.metadata.task_id, trajectory.metadata.attempt)
             return [float(v) for v in self.curves[key]]
         return [float(v) for v in self.curves]
 

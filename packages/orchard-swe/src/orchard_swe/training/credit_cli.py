@@ -234,8 +234,8 @@ class TrajectoryResult:
         """The ``--curves`` line."""
         meta = self.trajectory.metadata
         segments = [[s.segment.start, s.segment.stop] for s in self.samples if s.segment]
-        return {"instance_id": meta.instance_id, "attempt": meta.attempt,
-                "verify_status": meta.verify_status, "values": self.values,
+        return {"instance_id": meta.task_id, "attempt": meta.attempt,
+                "verify_status": meta.verdict, "values": self.values,
                 "segments": segments}  # fmt: skip
 
 
@@ -282,7 +282,7 @@ def _reachable(url: str) -> str | None:
 
 
 def _model(args: argparse.Namespace, *, judge: bool) -> Any:
-    from ..model import ModelConfig
+    from orchard_env_client.llm import ModelConfig
 
     if judge:
         return ModelConfig(model=args.judge_model, base_url=args.judge_url, temperature=0.0,
@@ -361,7 +361,7 @@ def summary_table(results: Sequence[TrajectoryResult], summary: dict[str, Any]) 
     for r in results[:_SHOWN_ROWS]:
         meta = r.trajectory.metadata
         curve = " ".join(f"{v:.2f}" for v in r.values) if r.values is not None else "(whole)"
-        table.add_row(escape(meta.instance_id), str(meta.attempt), str(meta.verify_status),
+        table.add_row(escape(meta.task_id), str(meta.attempt), str(meta.verdict),
                       str(r.turns), curve, _segments(r), str(len(r.samples)))  # fmt: skip
     if len(results) > _SHOWN_ROWS:
         table.add_row(f"... {len(results) - _SHOWN_ROWS} more", "", "", "", "", "", "")
@@ -430,7 +430,7 @@ async def _estimate_mc(
 
     from ..tasks import load_tasks
 
-    tasks = load_tasks(args.tasks, ids=sorted({t.metadata.instance_id for t in todo}))
+    tasks = load_tasks(args.tasks, ids=sorted({t.metadata.task_id for t in todo}))
     async with AsyncSandboxClient(base_url=args.url, api_key=args.api_key) as client:
         await client.health()
         estimator = _mc(args, client, tasks, bars.unit)
@@ -457,8 +457,8 @@ def _fail(console: Console, code: int, message: str) -> int:
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
     """Read, estimate, extract segments, write; print the summary. Returns the exit code."""
     from orchard_env_client import OrchardError
+    from orchard_env_client.llm import ModelError
 
-    from ..model import ModelError
     from ..tasks import TaskLoadError
     from .estimators import EstimatorError
 

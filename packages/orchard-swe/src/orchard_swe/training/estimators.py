@@ -50,13 +50,13 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 import attrs
 
 from orchard_env_client import AsyncSandbox, AsyncSandboxClient, OrchardError
+from orchard_env_client.llm import INSTANCE_ID_HEADER, ChatClient, ModelConfig, ModelError
 
 from ..environment import PrepareError, prepare
 from ..grading import grade
 from ..harness import PatchError
 from ..harness.editor import SandboxEditor
 from ..harness.tools import SHELL_ENV, _Episode, _Fatal, _loop, compute_final_patch, head_commit
-from ..model import INSTANCE_ID_HEADER, ChatClient, ModelConfig, ModelError
 from ..tasks import Task
 from ..trajectory import SUBMITTED, Trajectory, mini_exit_status
 from .credit import assistant_positions
@@ -177,9 +177,9 @@ def continuation_seed(base: int, instance_id: str, attempt: int, prefix: int, in
 def terminal_value(trajectory: Trajectory) -> float | None:
     """V of the whole trajectory when it is known exactly: submitted and graded."""
     meta = trajectory.metadata
-    if meta.exit_status != SUBMITTED or meta.verify_status is None:
+    if meta.exit_status != SUBMITTED or meta.verdict is None:
         return None
-    return 1.0 if meta.verify_status == "resolved" else 0.0
+    return 1.0 if meta.verdict == "resolved" else 0.0
 
 
 async def gather_all(coroutines: Iterable[Awaitable[T]]) -> list[T]:
@@ -519,7 +519,7 @@ class MonteCarloReplay:
         return fill_values(plan[-1][0], known, self.config.fill)
 
     def _task(self, trajectory: Trajectory) -> Task:
-        instance_id = trajectory.metadata.instance_id
+        instance_id = trajectory.metadata.task_id
         if instance_id not in self.tasks:
             raise ReplayError(f"{instance_id}: no such task among the {len(self.tasks)} given")
         if trajectory.metadata.harness not in ("tools", "mini"):
@@ -535,7 +535,7 @@ class MonteCarloReplay:
         ok = [r for r in results if r.error is None]
         if not ok:
             meta, first = trajectory.metadata, results[0].error if results else None
-            raise ReplayError(f"{meta.instance_id} (attempt {meta.attempt}): all {len(results)} "
+            raise ReplayError(f"{meta.task_id} (attempt {meta.attempt}): all {len(results)} "
                               f"continuations of prefix {prefix} failed; first: {first}")  # fmt: skip
         return sum(r.resolved for r in ok) / len(ok)
 
@@ -543,8 +543,8 @@ class MonteCarloReplay:
         self, trajectory: Trajectory, task: Task, prefix: int, index: int
     ) -> Continuation:
         meta = trajectory.metadata
-        seed = continuation_seed(self.config.seed, meta.instance_id, meta.attempt, prefix, index)
-        fields: dict[str, Any] = {"instance_id": meta.instance_id, "attempt": meta.attempt,
+        seed = continuation_seed(self.config.seed, meta.task_id, meta.attempt, prefix, index)
+        fields: dict[str, Any] = {"instance_id": meta.task_id, "attempt": meta.attempt,
                                   "prefix": prefix, "index": index, "seed": seed}  # fmt: skip
         async with self._gate:
             started = time.monotonic()  # sandbox time, not time queued at the gate
@@ -593,7 +593,7 @@ class MonteCarloReplay:
     def _check_repo_dir(trajectory: Trajectory, spec: EnvironmentSpec) -> None:
         recorded = trajectory.metadata.extra.get("repo_dir")
         if recorded and recorded != spec.repo_dir:
-            raise ReplayError(f"{trajectory.metadata.instance_id} was recorded in {recorded}, "
+            raise ReplayError(f"{trajectory.metadata.task_id} was recorded in {recorded}, "
                               f"but this service puts the repository in {spec.repo_dir}")  # fmt: skip
 
     async def _continue(
@@ -601,7 +601,7 @@ class MonteCarloReplay:
     ) -> str:
         model = attrs.evolve(self.policy, extra_body={**self.policy.extra_body, "seed": seed})
         messages = [dict(m) for m in trajectory.messages[: prefix_end(trajectory.messages, prefix)]]
-        instance_id = trajectory.metadata.instance_id
+        instance_id = trajectory.metadata.task_id
         if trajectory.metadata.harness == "tools":
             return await _continue_tools(episode, messages, model, instance_id, self.config)
         recorded = trajectory.metadata.extra.get("mini_config")
@@ -775,7 +775,7 @@ class LLMJudge:
         turns = len(assistant_positions(trajectory.messages))
         exact = self._exact_end(trajectory)
         asked = range(turns) if exact is not None else range(turns + 1)
-        headers = {INSTANCE_ID_HEADER: trajectory.metadata.instance_id}
+        headers = {INSTANCE_ID_HEADER: trajectory.metadata.task_id}
         async with ChatClient(self.model, headers=headers) as chat:
             values = await gather_all(self._ask(chat, trajectory, p) for p in asked)
         return values if exact is None else [*values, exact]
@@ -797,7 +797,7 @@ class LLMJudge:
 
     async def _ask(self, chat: ChatClient, trajectory: Trajectory, prefix: int) -> float:
         meta = trajectory.metadata
-        where = f"{meta.instance_id} (attempt {meta.attempt}), prefix {prefix}"
+        where = f"{meta.task_id} (attempt {meta.attempt}), prefix {prefix}"
         messages = self.question(trajectory, prefix)
         answer = ""
         async with self._gate:
@@ -805,7 +805,7 @@ class LLMJudge:
                 answer = await self._complete(chat, messages, where)
                 value = parse_probability(answer)
                 if value is not None:
-                    self.answers.append((meta.instance_id, meta.attempt, prefix, answer, value))
+                    self.answers.append((meta.task_id, meta.attempt, prefix, answer, value))
                     self._done()
                     return value
                 messages = [*messages, {"role": "assistant", "content": answer},

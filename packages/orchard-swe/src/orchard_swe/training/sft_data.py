@@ -475,7 +475,7 @@ def _status_reason(item: Trajectory | SftSample, cfg: SftConfig) -> str | None:
     if not isinstance(item, Trajectory):
         return None
     meta = item.metadata
-    if cfg.only_resolved and meta.verify_status != "resolved":
+    if cfg.only_resolved and meta.verdict != "resolved":
         return "not_resolved"
     if cfg.exit_statuses is not None and meta.exit_status not in cfg.exit_statuses:
         return "exit_status"
@@ -503,7 +503,7 @@ def build_sft_data(
         extra: dict[str, Any] = {"tokenizer": tokenizer_name} if tokenizer_name else {}
         if isinstance(item, Trajectory):
             extra.update(exit_status=item.metadata.exit_status,
-                         verify_status=item.metadata.verify_status)  # fmt: skip
+                         verify_status=item.metadata.verdict)  # fmt: skip
             sample = whole_sample(item)
         else:
             sample = item

@@ -260,7 +260,7 @@ async def proof_credit_samples(
     out: list[SftSample] = []
     for harness in dict.fromkeys(t.metadata.harness for t in trajectories):
         group = [t for t in trajectories if t.metadata.harness == harness]
-        curves = {(t.metadata.instance_id, t.metadata.attempt):
+        curves = {(t.metadata.task_id, t.metadata.attempt):
                   half_fix_curve(len(assistant_positions(t.messages))) for t in group}  # fmt: skip
         out.extend(await credit_samples(group, FixedValues(curves), cfg))
     return out
@@ -281,9 +281,7 @@ async def _proof_trajectories(
                 await distill_scripted(client, tasks, harness, kind, scripts, run_dir,
                                        concurrency=concurrency, image=image)  # fmt: skip
                 runs[(harness, kind)] = run_dir / "trajectories.jsonl"
-    by_run = {
-        key: {t.metadata.instance_id: t for t in read_jsonl(path)} for key, path in runs.items()
-    }
+    by_run = {key: {t.metadata.task_id: t for t in read_jsonl(path)} for key, path in runs.items()}
     ordered = []  # per harness, per task: gold then half (so any prefix mixes both kinds)
     for harness in harnesses:
         for task in tasks:
@@ -334,7 +332,7 @@ def make_proof_data(
     write_records(tokenized, out_dir / "sft.jsonl")
     statuses: dict[str, int] = {}
     for traj in trajectories:
-        key = f"{traj.metadata.harness}/{traj.metadata.model}: {traj.metadata.verify_status}"
+        key = f"{traj.metadata.harness}/{traj.metadata.model}: {traj.metadata.verdict}"
         statuses[key] = statuses.get(key, 0) + 1
     summary = {
         "out": str(out_dir),

@@ -93,7 +93,7 @@ def prefix_sequence(trajectory: Trajectory, renderer: ChatRenderer) -> PrefixSeq
         messages=tuple(messages),
         loss_mask=tuple(int(m.get("role") == "assistant") for m in messages),
         tools=tuple(dict(t) for t in trajectory.tools),
-        kind="whole", instance_id=trajectory.metadata.instance_id,
+        kind="whole", instance_id=trajectory.metadata.task_id,
         attempt=trajectory.metadata.attempt,
     )  # fmt: skip
     tokenized = tokenize_sample(sample, renderer)
@@ -134,7 +134,7 @@ def write_examples(
             seq = prefix_sequence(traj, renderer)
             label = int(resolved(traj))
             handle.write(json.dumps({**seq.to_dict(), "label": label,
-                                     "instance_id": traj.metadata.instance_id,
+                                     "instance_id": traj.metadata.task_id,
                                      "attempt": traj.metadata.attempt}) + "\n")  # fmt: skip
             counts["trajectories"] += 1
             counts["resolved"] += label
@@ -158,7 +158,7 @@ def train_value_model(
 ) -> dict[str, Any]:
     """Train a value model on the trajectories at ``trajectories_path``; the worker's report.
 
-    Every prefix is labelled with its trajectory's outcome (``verify_status == "resolved"``).
+    Every prefix is labelled with its trajectory's outcome (``verdict == "resolved"``).
     ``steps`` AdamW steps of ``batch_size`` trajectories each; ``freeze_backbone`` (default:
     only for ``smollm2``) trains the head alone on cached features. ``out_dir`` receives the
     model (``value_model.json``, ``value_head.pt``, ``backbone/``), ``examples.jsonl`` and

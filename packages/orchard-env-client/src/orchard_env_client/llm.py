@@ -1,7 +1,8 @@
-"""The model side of a harness: which OpenAI-compatible endpoint to call, and how.
+"""The model side of a harness, shared by every recipe: which OpenAI-compatible endpoint
+to call, and how.
 
 :class:`ModelConfig` names a model on an OpenAI-compatible server (vLLM, SGLang, a hosted
-API, or :class:`orchard_swe.replay.ScriptedModelServer` in tests). :class:`ChatClient` is
+API, or :class:`orchard_env_client.testing.ScriptedModelServer` in tests). :class:`ChatClient` is
 a small async client of its ``/chat/completions`` route with bounded retries on 429, 5xx
 and connection errors; anything else raises :class:`ModelError` with the server's answer.
 """
