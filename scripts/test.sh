@@ -17,6 +17,11 @@ command -v git >/dev/null || need_apt+=(git)
 command -v nsenter >/dev/null || need_apt+=(util-linux)
 # SWE tasks run their tests with the sandbox's (the host's, on the local backend) python3.
 /usr/bin/python3 -c "import pytest" 2>/dev/null || need_apt+=(python3-pytest)
+# The browser recipe (orchard-gui) runs Debian's chromium: on the local backend the host's,
+# with a font so pages render text. infra/images/build debootstraps orchard-test/browser.
+[[ -x /usr/bin/chromium ]] || need_apt+=(chromium)
+[[ -d /usr/share/fonts/truetype/liberation ]] || need_apt+=(fonts-liberation)
+command -v debootstrap >/dev/null || need_apt+=(debootstrap)
 if ((${#need_apt[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "missing system packages: ${need_apt[*]} (run as root, or install them)" >&2
