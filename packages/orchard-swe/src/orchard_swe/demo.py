@@ -19,9 +19,9 @@ from rich.table import Table
 
 from orchard_env_client import AsyncSandboxClient
 from orchard_env_client.llm import ModelConfig
+from orchard_env_client.own_service import service
 
 from .distill import DistillConfig, Harness, distill
-from .own_service import service
 from .replay import Script, ScriptedModelServer, empty_script, gold_script
 from .tasks import BUILTIN, Task, load_tasks
 
@@ -70,7 +70,7 @@ def run_demo(
     console: Console,
 ) -> int:  # fmt: skip
     """Run the demo; 0 when gold resolves every task and empty none, else 1."""
-    with service(url, console) as live:
+    with service(url, console.print) as live:
         summaries = asyncio.run(_run_all(live, api_key, out, concurrency, image))
     table = Table(title=f"orchard-swe demo: built-in tasks, trajectories in {out}/")
     for col in ("harness", "model", "attempts", "resolved", "rate", "verify status"):

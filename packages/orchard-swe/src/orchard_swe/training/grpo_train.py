@@ -27,9 +27,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from orchard_env_client import AsyncSandboxClient
+from orchard_env_client import AsyncSandboxClient, own_service
 
-from .. import own_service
 from ..llm_venv import LLMVenvError, ensure_train_venv, workspace_pythonpath
 from .trl_grpo import SANDBOX_LABELS, GrpoRunConfig, OrchardUnavailable, SandboxExecutor
 
@@ -68,6 +67,11 @@ _HELP = {
 
 class GrpoTrainError(RuntimeError):
     """The training worker failed; the message ends with the tail of its log."""
+
+
+def default_image(backend: str) -> str:
+    """The image training sandboxes use on ``backend`` when none is given."""
+    return "host" if backend == "local" else "orchard-test/debian"
 
 
 def worker_script() -> Path:
@@ -183,7 +187,7 @@ def train_grpo(
     started = time.monotonic()
     with _server(server_url, backend) as url:
         found = asyncio.run(SandboxExecutor(url, image or "", api_key=api_key).check())
-        chosen = image or own_service.default_image(found or backend)
+        chosen = image or default_image(found or backend)
         if console is not None:
             console.print(f"Orchard Env: {found or '?'} backend at {url}, image {chosen}"
                           + ("" if server_url else " (started for this run)"))  # fmt: skip

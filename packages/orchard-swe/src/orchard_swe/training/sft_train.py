@@ -35,11 +35,11 @@ from typing import IO, Any, Final
 from rich.console import Console
 
 from orchard_env_client import AsyncSandboxClient
+from orchard_env_client.own_service import service
 
 from ..demo import distill_scripted
 from ..distill import Harness
 from ..llm_venv import LLMVenvError, ensure_train_venv, smollm2_gguf, workspace_pythonpath
-from ..own_service import service
 from ..replay import Script, gold_script
 from ..tasks import BUILTIN, load_tasks
 from ..trajectory import Trajectory, append_jsonl, read_jsonl
@@ -315,7 +315,7 @@ def make_proof_data(
     console = console or Console(stderr=True)
     started = time.monotonic()
     out_dir.mkdir(parents=True, exist_ok=True)
-    with service(url, console) as live:
+    with service(url, console.print) as live:
         trajectories = asyncio.run(
             _proof_trajectories(live, api_key, out_dir, ids, harnesses, concurrency, image)
         )

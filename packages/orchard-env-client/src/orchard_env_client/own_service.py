@@ -1,7 +1,8 @@
 """An Orchard Env service for a command that was given none: ``orchard-env serve``, briefly.
 
-The recipe talks to the service only over REST (it depends on the client alone), so a
-throwaway service is the ``orchard-env`` command line in a subprocess, on a free loopback
+A recipe talks to the service only over REST (it depends on the client alone), so a
+throwaway service is the ``orchard-env`` command line in a subprocess (installed with the
+server package), on a free loopback
 port and a temporary state directory, stopped (its sandboxes deleted) when the block ends.
 """
 
@@ -13,12 +14,14 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
-from rich.console import Console
 
-__all__ = ["answers", "default_image", "service", "started"]
+__all__ = ["answers", "service", "started"]
+
+Say = Callable[[str], object]
+"""Where progress lines go (``print``, ``rich.console.Console.print``...)."""
 
 
 def answers(url: str) -> bool:
@@ -29,13 +32,8 @@ def answers(url: str) -> bool:
         return False
 
 
-def default_image(backend: str) -> str:
-    """The image the recipe's commands use on ``backend`` when none is given."""
-    return "host" if backend == "local" else "orchard-test/debian"
-
-
 @contextlib.contextmanager
-def started(backend: str = "local", console: Console | None = None) -> Iterator[str]:
+def started(backend: str = "local", say: Say | None = None) -> Iterator[str]:
     """A new ``orchard-env serve --backend BACKEND`` for the block; yields its URL."""
     exe = shutil.which("orchard-env")
     if exe is None:
@@ -43,9 +41,9 @@ def started(backend: str = "local", console: Console | None = None) -> Iterator[
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    with tempfile.TemporaryDirectory(prefix="orchard-swe-service-") as state:
-        if console is not None:
-            console.print(f"starting `orchard-env serve --backend {backend}` on port {port}")
+    with tempfile.TemporaryDirectory(prefix="orchard-env-service-") as state:
+        if say is not None:
+            say(f"starting `orchard-env serve --backend {backend}` on port {port}")
         proc = subprocess.Popen(
             [exe, "serve", "--backend", backend, "--port", str(port), "--state-dir", f"{state}/s"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -64,12 +62,12 @@ def started(backend: str = "local", console: Console | None = None) -> Iterator[
 
 
 @contextlib.contextmanager
-def service(url: str, console: Console | None = None, backend: str = "local") -> Iterator[str]:
+def service(url: str, say: Say | None = None, backend: str = "local") -> Iterator[str]:
     """The service at ``url``, or a temporary one on ``backend`` when nothing answers there."""
     if answers(url):
         yield url
         return
-    if console is not None:
-        console.print(f"no service at {url}")
-    with started(backend, console) as own:
+    if say is not None:
+        say(f"no service at {url}")
+    with started(backend, say) as own:
         yield own
