@@ -116,3 +116,25 @@ def test_port_request_returns_the_sandboxed_servers_answer_and_raises_the_servic
     with pytest.raises(OrchardError) as info:
         sandbox.port_request(8127, "GET", "")
     assert info.value.status == 502 and info.value.code == "port_not_listening"
+
+
+def test_port_request_bounds_what_it_reads_and_refuses_dot_segments(server, sandbox):
+    from orchard_env_client.errors import PayloadTooLarge
+
+    sandbox.upload_content("/workspace/site3/big.bin", b"x" * 300_000)
+    sandbox.start("cd /workspace/site3 && exec python3 -m http.server 8128 --bind 127.0.0.1")
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            ok = sandbox.port_request(8128, "GET", "big.bin", max_bytes=400_000)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    assert len(ok.content) == 300_000
+    with pytest.raises(PayloadTooLarge):
+        sandbox.port_request(8128, "GET", "big.bin", max_bytes=100_000)
+    for path in ("../../x", "a/./b", ".."):
+        with pytest.raises(ValueError, match="segments"):
+            sandbox.port_request(8128, "DELETE", path)

@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 import httpx
 
-from .errors import ConnectionFailed, Overloaded, error_from_response
+from .errors import ConnectionFailed, Overloaded, PayloadTooLarge, error_from_response
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 ENV_URL = "ORCHARD_ENV_URL"
@@ -214,20 +214,41 @@ class HttpCore:
         content: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        max_bytes: int | None = None,
     ) -> httpx.Response:
         """Send once and return the read response whatever its status (for forwarded
-        requests, whose error answers belong to someone else); transport errors raise
-        ``ConnectionFailed``."""
+        requests, whose error answers belong to someone else). A body longer than
+        ``max_bytes`` raises ``PayloadTooLarge`` without being read whole; transport errors
+        raise ``ConnectionFailed``."""
         request_id = new_request_id()
         request = self._build(method, path, request_id, json, params, content, timeout)
         for name, value in (headers or {}).items():
             request.headers[name] = value
         try:
-            return await self._client.send(request)
+            response = await self._client.send(request, stream=True)
+            try:
+                body = bytearray()
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if max_bytes is not None and len(body) > max_bytes:
+                        raise PayloadTooLarge(
+                            f"{method} {path}: the answer exceeds {max_bytes} bytes",
+                            status=413, request_id=request_id,
+                        )  # fmt: skip
+            finally:
+                await response.aclose()
         except httpx.TransportError as exc:
             raise ConnectionFailed(
                 f"{method} {path}: {type(exc).__name__}: {exc}", request_id=request_id
             ) from exc
+        kept = [  # the body is decoded already
+            (k, v)
+            for k, v in response.headers.multi_items()
+            if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+        ]
+        return httpx.Response(
+            response.status_code, headers=kept, content=bytes(body), request=request
+        )
 
     async def json(self, method: str, path: str, **kw: Any) -> Any:
         """``request`` and decode the JSON body."""

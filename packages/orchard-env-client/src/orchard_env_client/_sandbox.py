@@ -268,15 +268,20 @@ class AsyncSandbox:
         params: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        max_bytes: int | None = None,
     ) -> httpx.Response:
         """An HTTP request to ``127.0.0.1:<port>`` inside the sandbox, through the service.
 
-        Returns the sandboxed server's answer whatever its status. The orchestrator's own
-        errors (unknown sandbox, not ready, nothing listening on the port, bad auth) raise
-        their ``OrchardError``. Sent once, never retried.
+        Returns the sandboxed server's answer whatever its status; an answer longer than
+        ``max_bytes`` raises ``PayloadTooLarge`` (what runs in a sandbox is untrusted: bound
+        what you read from it). The orchestrator's own errors (unknown sandbox, not ready,
+        nothing listening on the port, bad auth) raise their ``OrchardError``. ``path`` may
+        not contain ``.`` or ``..`` segments. Sent once, never retried.
         """
         if not 1 <= int(port) <= 65535:
             raise ValueError(f"port must be in 1..65535, not {port}")
+        if any(part in (".", "..") for part in path.split("?", 1)[0].split("/")):
+            raise ValueError(f"a port path may not contain '.' or '..' segments: {path!r}")
         response = await self._client._http.send_any(
             method.upper(),
             f"{self._path}/ports/{int(port)}/{quote(path.lstrip('/'), safe='/')}",
@@ -285,6 +290,7 @@ class AsyncSandbox:
             content=content,
             headers=headers,
             timeout=timeout,
+            max_bytes=max_bytes,
         )
         if response.status_code >= 400 and _is_service_error(response):
             raise error_from_response(response)

@@ -44,21 +44,32 @@ def started(backend: str = "local", say: Say | None = None) -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="orchard-env-service-") as state:
         if say is not None:
             say(f"starting `orchard-env serve --backend {backend}` on port {port}")
-        proc = subprocess.Popen(
-            [exe, "serve", "--backend", backend, "--port", str(port), "--state-dir", f"{state}/s"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        log_path = f"{state}/serve.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                [exe, "serve", "--backend", backend, "--port", str(port),
+                 "--state-dir", f"{state}/s"],
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         own = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 60
             while not answers(own):
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the orchard-env service on port {port} did not start")
+                    with open(log_path, errors="replace") as fh:
+                        tail = fh.read()[-2000:]
+                    raise RuntimeError(
+                        f"the orchard-env service on port {port} did not start:\n{tail}"
+                    )
                 time.sleep(0.1)
             yield own
         finally:
-            proc.terminate()
-            proc.wait(timeout=60)
+            proc.terminate()  # the service deletes its sandboxes as it stops
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
 
 
 @contextlib.contextmanager

@@ -109,12 +109,15 @@ class Sandbox:
         params: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        max_bytes: int | None = None,
     ) -> httpx.Response:
         """An HTTP request to ``127.0.0.1:<port>`` inside the sandbox, through the service.
 
-        Returns the sandboxed server's answer whatever its status. The orchestrator's own
-        errors (unknown sandbox, not ready, nothing listening on the port, bad auth) raise
-        their ``OrchardError``. Sent once, never retried.
+        Returns the sandboxed server's answer whatever its status; an answer longer than
+        ``max_bytes`` raises ``PayloadTooLarge`` (what runs in a sandbox is untrusted: bound
+        what you read from it). The orchestrator's own errors (unknown sandbox, not ready,
+        nothing listening on the port, bad auth) raise their ``OrchardError``. ``path`` may
+        not contain ``.`` or ``..`` segments. Sent once, never retried.
         """
     def upload_content(self, remote_path: str, data: bytes | str) -> None:
         """Write bytes (or UTF-8 text) to ``remote_path``; parent directories are created."""

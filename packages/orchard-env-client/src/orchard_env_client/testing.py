@@ -140,8 +140,9 @@ class RequestRecord:
     n_messages: int
     tools: list[str]
     status: int
-    authorization: str | None = None
-    """The ``Authorization`` header sent (this is a test server: it checks no keys)."""
+    authorization: str | None = attrs.field(default=None, repr=False)
+    """The ``Authorization`` header sent (this is a test server: it checks no keys); kept
+    out of ``repr`` so a failing test does not print a real key."""
     body: dict[str, Any] = attrs.field(factory=dict, repr=False)
     """The request body as sent."""
 
