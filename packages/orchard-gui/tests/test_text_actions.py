@@ -41,6 +41,9 @@ pytestmark = pytest.mark.fast
         ("I think so.\nclick(5, 6)", {"action": "click", "x": 5, "y": 6}),
         ('```json\n{"action": "hover", "x": 3, "y": 4}\n```', {"action": "hover", "x": 3, "y": 4}),
         ("Action: click(1, 1)\nAction: click(2, 2)", {"action": "click", "x": 2, "y": 2}),
+        ("**Action:** click(7, 8)", {"action": "click", "x": 7, "y": 8}),
+        ("> Action: `click(7, 8)`.", {"action": "click", "x": 7, "y": 8}),
+        ('Action: type("a**b_")', {"action": "type", "text": "a**b_"}),
     ],
 )
 def test_text_actions_parse(text: str, expected: dict) -> None:
@@ -57,6 +60,9 @@ def test_text_actions_parse(text: str, expected: dict) -> None:
         ("Action: click(1,", "could not read"),
         ("Action: click(x=1)", "missing required"),
         ("Action: click(**{'x': 1})", r"\*\*arguments"),
+        ("Action: click(x=1, y=2, x=3)", "given twice"),
+        ("Action: click(" + "+".join(["1"] * 30000) + ", 1)", "characters long"),
+        ("Action: click(" + "+".join(["1"] * 5000) + ", 1)", "could not read|not a literal"),
     ],
 )
 def test_bad_text_actions_say_what_to_do(text: str, message: str) -> None:

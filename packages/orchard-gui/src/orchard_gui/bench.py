@@ -130,9 +130,16 @@ async def bench_concurrency(
         for task in tasks:
             llm.add(task.task_id, oracle_responder(tasks))
         for level in levels:
+            run = out_dir / f"c{level}"
+            if (run / "trajectories.jsonl").exists():  # a resumed run would skew the rates
+                raise FileExistsError(f"{run} holds an earlier run: give --out a new directory")
             config = EvalConfig(
-                out_dir=out_dir / f"c{level}",
-                model=ModelConfig(model="scripted-oracle", base_url=llm.base_url),
+                out_dir=run,
+                model=ModelConfig(
+                    model="scripted-oracle",
+                    base_url=llm.base_url,
+                    api_key_env="ORCHARD_GUI_SCRIPTED_NO_KEY",
+                ),
                 harness=HarnessConfig(max_steps=30, max_time_s=180),
                 concurrency=level,
                 image=image,

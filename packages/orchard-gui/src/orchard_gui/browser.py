@@ -29,6 +29,7 @@ from orchard_env_client.errors import OrchardError
 
 from .actions import Action
 from .browser_provision import BrowserProvisionError, BrowserRuntime, provision
+from .browser_server import TOKEN_HEADER
 
 __all__ = [
     "DEFAULT_PORT",
@@ -46,6 +47,9 @@ DEFAULT_PORT = 9300
 STEP_TIMEOUT = 120.0
 """Seconds to wait for one request (an action may wait up to 30 s, a navigation 30 s more)."""
 SERVER_JOB_TIMEOUT = 86_400.0
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+"""Largest answer read from the browser server (what runs in the sandbox is untrusted)."""
+_MAX_MARKS, _MAX_TABS, _MAX_TEXT = 1000, 100, 200_000
 """The server job's kill timer: the service's maximum; ``close()`` ends it sooner."""
 
 
@@ -111,20 +115,28 @@ class Observation:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Observation:
-        """Decode the server's observation JSON (base64 screenshots, marks)."""
+        """Decode the server's observation JSON (base64 screenshots, marks).
+
+        The server runs in the sandbox, so its answer is checked: screenshots must be PNGs
+        of the viewport's size, and text, marks and tabs are bounded.
+        """
         try:
             viewport = data["viewport"]
+            size = (int(viewport["width"]), int(viewport["height"]))
             marks = data.get("marks")
             som = data.get("screenshot_som")
+            axtree = data.get("axtree")
+            if marks is not None and len(marks) > _MAX_MARKS:
+                raise ValueError(f"{len(marks)} marks (at most {_MAX_MARKS})")
             return cls(
-                url=str(data["url"]),
-                title=str(data.get("title") or ""),
-                tabs=list(data.get("tabs") or []),
-                viewport=(int(viewport["width"]), int(viewport["height"])),
-                screenshot=base64.b64decode(data["screenshot"], validate=True),
-                axtree=data.get("axtree"),
+                url=str(data["url"])[:_MAX_TEXT],
+                title=str(data.get("title") or "")[:_MAX_TEXT],
+                tabs=[dict(t) for t in list(data.get("tabs") or [])[:_MAX_TABS]],
+                viewport=size,
+                screenshot=_viewport_png(data["screenshot"], size),
+                axtree=None if axtree is None else str(axtree)[:_MAX_TEXT],
                 marks=None if marks is None else [Mark.from_json(m) for m in marks],
-                screenshot_som=None if som is None else base64.b64decode(som, validate=True),
+                screenshot_som=None if som is None else _viewport_png(som, size),
             )
         except (KeyError, TypeError, ValueError, binascii.Error) as exc:
             raise BrowserError(f"malformed observation from the browser server: {exc!r}") from exc
@@ -135,6 +147,17 @@ class Observation:
             if mark.id == mark_id:
                 return mark
         raise KeyError(f"no mark {mark_id} in this observation")
+
+
+def _viewport_png(encoded: str, size: tuple[int, int]) -> bytes:
+    """Decode a base64 PNG and check that its header says it is ``size`` pixels."""
+    png = base64.b64decode(encoded, validate=True)
+    if png[:8] != b"\x89PNG\r\n\x1a\n" or png[12:16] != b"IHDR":
+        raise ValueError("a screenshot is not a PNG")
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    if (width, height) != size:
+        raise ValueError(f"a screenshot is {width}x{height}, the viewport {size[0]}x{size[1]}")
+    return png
 
 
 @attrs.define
@@ -165,6 +188,7 @@ class BrowserSession:
         viewport: tuple[int, int],
         browser_version: str,
         timings: dict[str, float],
+        token: str,
     ) -> None:
         self.sandbox = sandbox
         self.job = job
@@ -174,6 +198,7 @@ class BrowserSession:
         self.browser_version = browser_version
         self.timings = timings
         """Seconds spent starting: ``provision`` (and its parts), ``server_start``, ``total``."""
+        self._headers = {TOKEN_HEADER: token}
         self._closed = False
 
     def __repr__(self) -> str:
@@ -224,6 +249,7 @@ class BrowserSession:
             viewport=viewport,
             browser_version=version,
             timings=timings,
+            token=instance,
         )
 
     async def __aenter__(self) -> BrowserSession:
@@ -246,8 +272,9 @@ class BrowserSession:
             raise BrowserError("this browser session is closed")
         try:
             response = await self.sandbox.port_request(
-                self.port, "POST", path, json=dict(body), timeout=timeout
-            )
+                self.port, "POST", path, json=dict(body), timeout=timeout,
+                headers=self._headers, max_bytes=MAX_ANSWER_BYTES,
+            )  # fmt: skip
         except (OrchardError, httpx.HTTPError) as exc:
             raise BrowserError(f"browser server unreachable ({path}): {exc}") from exc
         try:
@@ -312,7 +339,9 @@ class BrowserSession:
             return
         self._closed = True
         try:
-            await self.sandbox.port_request(self.port, "POST", "close", json={}, timeout=10)
+            await self.sandbox.port_request(
+                self.port, "POST", "close", json={}, timeout=10, headers=self._headers
+            )
             await self.job.wait(timeout=15)
         except (OrchardError, httpx.HTTPError):
             pass

@@ -49,6 +49,8 @@ CHROMIUM_ARGS = [
 MAX_AXTREE_CHARS = 20_000
 MAX_MARKS = 300
 MAX_BODY = 1 << 20
+TOKEN_HEADER = "X-Orchard-Browser"
+"""Header carrying the ``--instance`` token on every POST."""
 NAV_TIMEOUT_MS = 30_000
 SETTLE_LOAD_MS = 5_000
 SETTLE_IDLE_MS = 1_000
@@ -621,6 +623,13 @@ def make_handler(
 
         def do_POST(self) -> None:
             path = self.path.split("?")[0].rstrip("/")
+            # Pages in this browser can POST to 127.0.0.1 too: only a request carrying this
+            # run's token as a custom header (which a page cannot send without a CORS
+            # preflight, never granted here) and a JSON body is the host's.
+            content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+            if self.headers.get(TOKEN_HEADER) != instance or content_type != "application/json":
+                self._send(403, {"error": f"POST needs the {TOKEN_HEADER} header and a JSON body"})
+                return
             try:
                 length = int(self.headers.get("Content-Length") or 0)
                 if length > MAX_BODY:

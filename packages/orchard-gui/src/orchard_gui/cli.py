@@ -168,8 +168,9 @@ def _print_summary(console: Console, title: str, summary: dict[str, Any]) -> Non
     console.print(_results_table(title, summary))
     rate = summary["success_rate"]
     console.print(
-        f"[bold]{title}[/]: success {summary['successes']}/{summary['rewarded']}"
-        f" ({'-' if rate is None else f'{rate:.0%}'}), unrewarded {summary['unrewarded']},"
+        f"[bold]{title}[/]: success {summary['successes']}/"
+        f"{summary['rewarded'] + summary['errors']} ({'-' if rate is None else f'{rate:.0%}'}),"
+        f" errors {summary['errors']}, unrewarded {summary['unrewarded']},"
         f" step latency p50 {summary['step_latency_p50_s']} s,"
         f" sandbox + browser start p50 {summary['sandbox_startup_p50_s']} s"
     )
@@ -212,6 +213,11 @@ def _cmd_eval(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _scripted_model(name: str, base_url: str) -> ModelConfig:
+    """A model on the local scripted server: no API key is looked up (none is sent)."""
+    return ModelConfig(model=name, base_url=base_url, api_key_env="ORCHARD_GUI_SCRIPTED_NO_KEY")
+
+
 @contextlib.contextmanager
 def _run_dir(given: Path | None) -> Iterator[Path]:
     if given is not None:
@@ -237,7 +243,7 @@ def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
                 llm.add(task.task_id, responder)
             with _run_dir(args.out) as root:
                 config = EvalConfig(
-                    out_dir=root / name, model=ModelConfig(model=f"scripted-{name}", base_url=llm.base_url),
+                    out_dir=root / name, model=_scripted_model(f"scripted-{name}", llm.base_url),
                     harness=harness, concurrency=args.concurrency, image=args.image, memory=args.memory,
                 )  # fmt: skip
                 summaries[name] = asyncio.run(_run(url, tasks, config, console, name))

@@ -24,6 +24,7 @@ import asyncio
 import base64
 import re
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
@@ -61,6 +62,9 @@ __all__ = [
 
 HARNESS_NAME: Final = "react"
 _OMITTED: Final = "[an earlier screenshot, omitted to save context]"
+_OLD_DETAIL_MARKERS: Final = ("\nInteractive elements (", "\nAccessibility tree:")
+REWARD_TIMEOUT_S: Final = 60.0
+_MAX_LINE: Final = 200
 
 
 @attrs.define(frozen=True, kw_only=True)
@@ -107,7 +111,7 @@ def _mark_line(mark: Mark) -> str:
 
 def observation_text(obs: Observation, config: HarnessConfig) -> str:
     """The text part of an observation as the model sees it."""
-    lines = [f"URL: {obs.url}", f"Title: {obs.title}"]
+    lines = [f"URL: {obs.url[:_MAX_LINE]}", f"Title: {' '.join(obs.title.split())[:_MAX_LINE]}"]
     if len(obs.tabs) > 1:
         tabs = ", ".join(
             f"[{t.get('index')}]{'*' if t.get('active') else ''} {str(t.get('title') or t.get('url'))[:40]}"
@@ -188,10 +192,15 @@ class _Episode:
             content = message.get("content")
             if isinstance(content, list):
                 parts = []
+                old = any(
+                    (p.get("image_url") or {}).get("url") not in keep
+                    for p in content
+                    if p.get("type") == "image_url"
+                )
                 for part in content:
                     shown = (part.get("image_url") or {}).get("url")
                     if shown is None:
-                        parts.append(part)
+                        parts.append(_brief(part) if old else part)
                     elif shown in keep:
                         inline = {"url": _data_url(self.images[shown])}
                         parts.append({"type": "image_url", "image_url": inline})
@@ -200,6 +209,14 @@ class _Episode:
                 message = {**message, "content": parts}
             out.append(message)
         return out
+
+
+def _brief(part: dict[str, Any]) -> dict[str, Any]:
+    """An old observation's text without its element list and accessibility tree."""
+    text = str(part.get("text") or "")
+    for marker in _OLD_DETAIL_MARKERS:
+        text = text.split(marker, 1)[0]
+    return {**part, "text": text}
 
 
 def _data_url(png: bytes) -> str:
@@ -229,6 +246,7 @@ def _reply_action(
     for i, call in enumerate(calls):
         function = call.get("function") or {}
         call_id = str(call.get("id") or f"call_{i}")
+        call["id"] = call_id  # the stored reply must name what the tool messages answer
         if i > 0:
             answers.append(
                 {"role": "tool", "tool_call_id": call_id, "content": "ignored: one action per turn"}
@@ -261,11 +279,13 @@ async def run_episode(
     config = config or HarnessConfig()
     headers = {INSTANCE_ID_HEADER: task.task_id}
     make_chat = chat_factory or (lambda m, h: ChatClient(m, headers=h))
-    writer = ArtifactWriter(run_dir, f"artifacts/{_safe_name(task.task_id)}/{attempt}")
+    episode_dir = f"artifacts/{_safe_name(task.task_id)}/{attempt}-{uuid.uuid4().hex[:8]}"
+    writer = ArtifactWriter(run_dir, episode_dir)
     state = _Episode(config=config, writer=writer)
     started_at, t0 = time.time(), time.monotonic()
     exit_status, answer, error = "", "", None
     reward: float | None = None
+    started = False
     instruction = task.instruction
     tools = action_tools() if config.action_format == "tools" else []
     episode = episode_for(task)
@@ -274,6 +294,7 @@ async def run_episode(
             instruction, obs = await episode.start(
                 sandbox, browser, marks=config.marks, axtree=config.axtree
             )
+            started = True
             state.messages.append(
                 {"role": "system", "content": system_prompt(config, obs.viewport)}
             )
@@ -325,17 +346,19 @@ async def run_episode(
                 state.messages.append(
                     _observation_message(f"{outcome}\n\n{observation_text(obs, config)}", image)
                 )
-            reward = await episode.reward(
-                sandbox, browser, answer if exit_status == SUBMITTED else None
-            )
     except TimeoutError:
         exit_status = TIME_LIMIT
-        try:  # the page's state still decides an offline task's reward
-            reward = await asyncio.wait_for(episode.reward(sandbox, browser, None), 30)
-        except Exception as exc:
-            error = f"reward after the time limit: {type(exc).__name__}: {exc}"
     except Exception as exc:
         exit_status, error = error_status(exc), f"{type(exc).__name__}: {exc}"
+    if started and not exit_status.startswith("error"):
+        try:  # outside the episode's time limit: a submitted answer is always graded
+            reward = await asyncio.wait_for(
+                episode.reward(sandbox, browser, answer if exit_status == SUBMITTED else None),
+                REWARD_TIMEOUT_S,
+            )
+        except Exception as exc:
+            error = f"grading: {type(exc).__name__}: {exc}"
+            exit_status = error_status(error)
     finished_at = time.time()
     verdict = None if reward is None else ("success" if reward > 0 else "failure")
     metadata = TrajectoryMetadata(

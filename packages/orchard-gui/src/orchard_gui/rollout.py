@@ -21,7 +21,7 @@ from orchard_env_client.llm import ModelConfig
 from orchard_env_client.trajectory import STEP_LIMIT, TIME_LIMIT, Trajectory
 
 from .harness import HarnessConfig, run_episode
-from .runner import browser_sandbox, default_image
+from .runner import browser_sandbox, default_image, error_trajectory
 from .tasks import WebTask
 
 __all__ = ["COMPLETED", "rollout", "rollout_group", "rollout_status"]
@@ -57,15 +57,23 @@ async def rollout(
     image: str | None = None,
     memory: str = "2Gi",
 ) -> Trajectory:
-    """One episode of ``task`` in a new sandbox (deleted after), its status recorded."""
-    chosen = image or default_image((await client.health()).backend)
-    async with browser_sandbox(client, image=chosen, offline=task.offline, memory=memory) as (
-        sandbox,
-        browser,
-    ):
-        traj = await run_episode(
-            sandbox, browser, task, model, run_dir, config=harness, attempt=attempt
-        )
+    """One episode of ``task`` in a new sandbox (deleted after), its status recorded; a
+    sandbox or browser that fails becomes an ``aborted`` trajectory, never an exception."""
+    traj: Trajectory | None = None
+    try:
+        chosen = image or default_image((await client.health()).backend)
+        async with browser_sandbox(client, image=chosen, offline=task.offline, memory=memory) as (
+            sandbox,
+            browser,
+        ):
+            traj = await run_episode(
+                sandbox, browser, task, model, run_dir, config=harness, attempt=attempt
+            )
+    except Exception as exc:
+        if traj is None:
+            traj = error_trajectory(task, attempt, model.model, exc)
+        else:  # the episode ran; only deleting its sandbox failed
+            traj.metadata.extra["cleanup_error"] = f"{type(exc).__name__}: {exc}"
     traj.metadata.extra["rollout_status"] = rollout_status(traj)
     return traj
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import statistics
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -45,9 +46,12 @@ __all__ = [
     "EvalConfig",
     "browser_sandbox",
     "default_image",
+    "error_trajectory",
     "evaluate",
     "summarise",
 ]
+
+log = logging.getLogger(__name__)
 
 BROWSER_IMAGE = "orchard-test/browser"
 """The image with Chromium, Python and Playwright (``infra/images/build``)."""
@@ -112,12 +116,25 @@ async def browser_sandbox(
 
 
 def _done_keys(path: Path) -> set[tuple[str, int]]:
+    """Episodes already in the file; one that ended in an error is run again."""
     if not path.exists():
         return set()
-    return {(t.metadata.task_id, t.metadata.attempt) for t in read_jsonl(path)}
+    return {
+        (key, attempt) for (key, attempt), t in _latest(read_jsonl(path)).items() if not _errored(t)
+    }
 
 
-def _error_trajectory(task: WebTask, attempt: int, model: str, exc: BaseException) -> Trajectory:
+def _errored(traj: Trajectory) -> bool:
+    return traj.metadata.exit_status.startswith("error")
+
+
+def _latest(trajectories: Sequence[Trajectory]) -> dict[tuple[str, int], Trajectory]:
+    """The last line of each (task, attempt): a rerun of an errored episode replaces it."""
+    return {(t.metadata.task_id, t.metadata.attempt): t for t in trajectories}
+
+
+def error_trajectory(task: WebTask, attempt: int, model: str, exc: BaseException) -> Trajectory:
+    """The record of an episode that could not run (no sandbox, no browser)."""
     now = time.time()
     return Trajectory(
         metadata=TrajectoryMetadata(
@@ -170,7 +187,7 @@ class _Worker:
         try:
             sandbox, browser = await self.session(task.offline)
         except Exception as exc:
-            return _error_trajectory(task, attempt, self.config.model.model, exc)
+            return error_trajectory(task, attempt, self.config.model.model, exc)
         traj = await run_episode(
             sandbox, browser, task, self.config.model, self.config.out_dir,
             config=self.config.harness, attempt=attempt,
@@ -211,7 +228,10 @@ async def evaluate(
                 traj = await worker.run(task, attempt)
                 append_jsonl(jsonl, traj)
                 if config.contact_sheets:
-                    _write_contact_sheet(traj, out)
+                    try:
+                        _write_contact_sheet(traj, out)
+                    except Exception as exc:  # a picture for people: never the run's end
+                        log.warning("contact sheet of %s failed: %s", traj.metadata.task_id, exc)
                 if on_done is not None:
                     meta = traj.metadata
                     on_done(
@@ -252,13 +272,17 @@ def summarise(
     image: str | None = None,
     sandbox_startup_s: Sequence[float] = (),
 ) -> dict[str, Any]:
-    """Success rate, outcomes and timings of a run's episodes.
+    """Success rate, outcomes and timings of a run's episodes (the last line of each).
 
-    An episode succeeds when its reward is > 0 (programmatic, or a judge's 1.0); episodes
-    without a reward (online tasks not yet judged) are counted apart, not as failures.
+    An episode succeeds when its reward is > 0 (programmatic, or a judge's 1.0). The rate is
+    over the rewarded episodes plus the ones that ended in an error (an error is a failure,
+    never left out); episodes of online tasks not yet judged are counted apart.
     """
+    trajectories = list(_latest(trajectories).values())
     rewarded = [t for t in trajectories if t.metadata.reward is not None]
+    errors = [t for t in trajectories if t.metadata.reward is None and _errored(t)]
     successes = sum(1 for t in rewarded if (t.metadata.reward or 0) > 0)
+    graded = len(rewarded) + len(errors)
     statuses: dict[str, int] = {}
     for t in trajectories:
         key = t.metadata.exit_status.split(":", 1)[0]
@@ -282,8 +306,9 @@ def summarise(
         "episodes": len(trajectories),
         "rewarded": len(rewarded),
         "successes": successes,
-        "success_rate": round(successes / len(rewarded), 4) if rewarded else None,
-        "unrewarded": len(trajectories) - len(rewarded),
+        "errors": len(errors),
+        "success_rate": round(successes / graded, 4) if graded else None,
+        "unrewarded": len(trajectories) - graded,
         "exit_statuses": dict(sorted(statuses.items())),
         "image": image,
         "step_latency_p50_s": _p50(step_latency),

@@ -44,6 +44,9 @@ POSITIONAL: Final[dict[str, tuple[str, ...]]] = {
 _FENCED_JSON = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
 _CALL_LINE = re.compile(r"^\s*(?:[Aa]ction\s*:\s*)?`?(" + "|".join(ACTION_KINDS) + r")\s*\(")
 _LITERALS = {"true": True, "false": False, "null": None}
+_MAX_CALL = 20_000
+_ACTION_PREFIX = re.compile(r"^[\s*_>]*[Aa]ction[*_]*\s*:[*_]*\s*`?")
+"""``Action:``, also in markdown emphasis (``**Action:**``) or a quote."""
 
 
 def _literal(node: ast.expr) -> Any:
@@ -51,16 +54,19 @@ def _literal(node: ast.expr) -> Any:
         return _LITERALS[node.id]
     try:
         return ast.literal_eval(node)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
         raise ActionError(
             f"argument {ast.unparse(node)!r} is not a literal (use numbers and quoted strings)"
         ) from None
 
 
 def _from_call(source: str) -> Action:
+    source = source.strip().strip("`*_ ").rstrip(".").strip("`*_ ")
+    if len(source) > _MAX_CALL:
+        raise ActionError(f"the action is {len(source)} characters long (at most {_MAX_CALL})")
     try:
-        tree = ast.parse(source.strip().rstrip("`").strip(), mode="eval")
-    except SyntaxError:
+        tree = ast.parse(source, mode="eval")
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
         raise ActionError(
             f"could not read {source.strip()!r} as a call like click(120, 340)"
         ) from None
@@ -90,6 +96,8 @@ def _from_call(source: str) -> Action:
     for keyword in call.keywords:
         if keyword.arg is None:
             raise ActionError(f"{kind}: **arguments are not allowed")
+        if keyword.arg in arguments:
+            raise ActionError(f"{kind}: {keyword.arg!r} is given twice")
         arguments[keyword.arg] = _literal(keyword.value)
     return Action.from_dict(arguments)
 
@@ -97,10 +105,9 @@ def _from_call(source: str) -> Action:
 def parse_text_action(text: str) -> Action:
     """The action in a model's text reply (see the module doc); ``ActionError`` if none."""
     lines = text.splitlines()
-    marked = [line for line in lines if re.match(r"^\s*[Aa]ction\s*:", line)]
+    marked = [line for line in lines if _ACTION_PREFIX.match(line)]
     if marked:
-        line = marked[-1]
-        return _from_call(re.sub(r"^\s*[Aa]ction\s*:\s*`?", "", line, count=1))
+        return _from_call(_ACTION_PREFIX.sub("", marked[-1], count=1))
     calls = [line for line in lines if _CALL_LINE.match(line)]
     if calls:
         return _from_call(re.sub(r"^\s*`?", "", calls[-1], count=1))

@@ -48,30 +48,37 @@ def load_tasks(
     if answers is not None and text in ("offline", "local", "miniwob"):
         raise TaskError("answers= applies to WebVoyager files only")
     if text == "offline":
-        return local_tasks() + miniwob_tasks()
+        return _unique(local_tasks() + miniwob_tasks(), text)
     if text == "local":
-        return local_tasks()
+        return _unique(local_tasks(), text)
     if text.startswith("local:"):
-        return local_tasks(text.split(":", 1)[1])
+        return _unique(local_tasks(text.split(":", 1)[1]), text)
     if text == "miniwob":
-        return miniwob_tasks()
+        return _unique(miniwob_tasks(), text)
     if text.startswith("miniwob:"):
-        return parse_miniwob_spec(text.split(":", 1)[1])
+        return _unique(parse_miniwob_spec(text.split(":", 1)[1]), text)
     path = Path(text)
     if not path.is_file():
         raise TaskError(f"{text!r} is neither a task set ({_BUILTIN}) nor an existing file")
     records = read_records(path)
     fmt = detect_format(records, where=str(path))
-    tasks = [_convert(fmt, r, f"{path} record {i + 1}") for i, r in enumerate(records)]
-    seen: set[str] = set()
-    for task in tasks:
-        if task.task_id in seen:
-            raise TaskError(f"{path}: duplicate task id {task.task_id!r}")
-        seen.add(task.task_id)
+    tasks = _unique(
+        [_convert(fmt, r, f"{path} record {i + 1}") for i, r in enumerate(records)], str(path)
+    )
     if answers is not None:
         if fmt != "webvoyager":
             raise TaskError(f"answers= applies to WebVoyager files only; {path} is {fmt}")
         attach_webvoyager_answers(tasks, answers)
+    return tasks
+
+
+def _unique(tasks: list[WebTask], where: str) -> list[WebTask]:
+    """``tasks`` unless two share an id (they would share a run's records and artifacts)."""
+    seen: set[str] = set()
+    for task in tasks:
+        if task.task_id in seen:
+            raise TaskError(f"{where}: duplicate task id {task.task_id!r}")
+        seen.add(task.task_id)
     return tasks
 
 
