@@ -149,6 +149,13 @@ class Observation:
         raise KeyError(f"no mark {mark_id} in this observation")
 
 
+def _flags(body: dict[str, Any], marks: bool, axtree: bool, som: bool | None) -> dict[str, Any]:
+    out = {**body, "marks": marks, "axtree": axtree}
+    if som is not None:
+        out["som"] = som
+    return out
+
+
 def _viewport_png(encoded: str, size: tuple[int, int]) -> bytes:
     """Decode a base64 PNG and check that its header says it is ``size`` pixels."""
     png = base64.b64decode(encoded, validate=True)
@@ -294,13 +301,23 @@ class BrowserSession:
             )
         return data
 
-    async def reset(self, url: str, *, marks: bool = True, axtree: bool = False) -> Observation:
-        """A fresh browser context (no cookies, history or extra tabs) with one tab at ``url``."""
-        data = await self._post("reset", {"url": url, "marks": marks, "axtree": axtree})
+    async def reset(
+        self, url: str, *, marks: bool = True, axtree: bool = False, som: bool | None = None
+    ) -> Observation:
+        """A fresh browser context (no cookies, history or extra tabs) with one tab at ``url``.
+
+        ``som``: also the screenshot with the marks' boxes drawn (default: with ``marks``).
+        """
+        data = await self._post("reset", _flags({"url": url}, marks, axtree, som))
         return Observation.from_json(data["observation"])
 
     async def step(
-        self, action: Action | Mapping[str, Any], *, marks: bool = True, axtree: bool = False
+        self,
+        action: Action | Mapping[str, Any],
+        *,
+        marks: bool = True,
+        axtree: bool = False,
+        som: bool | None = None,
     ) -> StepResult:
         """Carry out one action (validated here first: ``ActionError`` if malformed).
 
@@ -309,9 +326,7 @@ class BrowserSession:
         """
         if not isinstance(action, Action):
             action = Action.from_dict(action)
-        data = await self._post(
-            "step", {"action": action.to_dict(), "marks": marks, "axtree": axtree}
-        )
+        data = await self._post("step", _flags({"action": action.to_dict()}, marks, axtree, som))
         return StepResult(
             observation=Observation.from_json(data["observation"]),
             ok=bool(data.get("ok")),
@@ -320,9 +335,11 @@ class BrowserSession:
             answer=data.get("answer"),
         )
 
-    async def observe(self, *, marks: bool = True, axtree: bool = False) -> Observation:
+    async def observe(
+        self, *, marks: bool = True, axtree: bool = False, som: bool | None = None
+    ) -> Observation:
         """The current observation, without acting."""
-        data = await self._post("observe", {"marks": marks, "axtree": axtree})
+        data = await self._post("observe", _flags({}, marks, axtree, som))
         return Observation.from_json(data["observation"])
 
     async def evaluate(self, expression: str) -> Any:

@@ -7,7 +7,7 @@ sandbox. It serves a small HTTP JSON API on 127.0.0.1 (the host reaches it throu
 service's port forwarding):
 
 - ``GET /health`` -> ``{"ok": true, "browser_version", "instance"}`` (``--instance``)
-- ``POST /reset {"url", "marks"?, "axtree"?}`` -> ``{"observation"}`` (one fresh tab at url)
+- ``POST /reset {"url", "marks"?, "axtree"?, "som"?}`` -> ``{"observation"}`` (one fresh tab at url)
 - ``POST /step {"action", "marks"?, "axtree"?}`` -> ``{"observation", "ok", "error", "done",
   "answer"}``; an action that fails at runtime is ``ok: false``; a malformed one is HTTP 400
 - ``POST /observe {"marks"?, "axtree"?}`` -> ``{"observation"}``
@@ -442,7 +442,7 @@ class BrowserEnv:
 
     # ------------------------------------------------------------ observation
 
-    def observe(self, marks: bool, axtree: bool) -> dict[str, Any]:
+    def observe(self, marks: bool, axtree: bool, som: bool) -> dict[str, Any]:
         page = self.page
         tabs = []
         for index, tab in enumerate(self.pages):
@@ -469,7 +469,8 @@ class BrowserEnv:
         if marks:
             found = self._marks(page)
             obs["marks"] = found
-            obs["screenshot_som"] = base64.b64encode(self._som(page, found)).decode()
+            if som:  # a second screenshot with the boxes drawn: only when asked for
+                obs["screenshot_som"] = base64.b64encode(self._som(page, found)).decode()
         if axtree:
             obs["axtree"] = self._axtree(page)
         return obs
@@ -553,12 +554,16 @@ class Worker:
 def make_handler(
     env: BrowserEnv, worker: Worker, server_ref: list[ThreadingHTTPServer], instance: str
 ) -> type:
+    def observe(body: dict[str, Any]) -> dict[str, Any]:
+        marks = flag(body, "marks", True)
+        return env.observe(marks, flag(body, "axtree", False), flag(body, "som", marks))
+
     def do_reset(body: dict[str, Any]) -> dict[str, Any]:
         url = body.get("url")
         if not isinstance(url, str) or not url:
             raise BadRequest("'url' must be a non-empty string")
         env.reset(url)
-        return {"observation": env.observe(flag(body, "marks", True), flag(body, "axtree", False))}
+        return {"observation": observe(body)}
 
     def do_step(body: dict[str, Any]) -> dict[str, Any]:
         action = validate_action(body.get("action"))
@@ -573,7 +578,7 @@ def make_handler(
             env.settle()
         done = action["action"] == "done"
         return {
-            "observation": env.observe(flag(body, "marks", True), flag(body, "axtree", False)),
+            "observation": observe(body),
             "ok": ok,
             "error": error,
             "done": done,
@@ -581,7 +586,7 @@ def make_handler(
         }
 
     def do_observe(body: dict[str, Any]) -> dict[str, Any]:
-        return {"observation": env.observe(flag(body, "marks", True), flag(body, "axtree", False))}
+        return {"observation": observe(body)}
 
     def do_evaluate(body: dict[str, Any]) -> dict[str, Any]:
         expression = body.get("expression")

@@ -338,7 +338,9 @@ async def run_episode(
                     exit_status = SUBMITTED
                     break
                 acted = time.monotonic()
-                step = await browser.step(action, marks=config.marks, axtree=config.axtree)
+                step = await browser.step(
+                    action, marks=config.marks, axtree=config.axtree, som=config.som_overlay
+                )
                 obs = step.observation
                 image = state.record_observation(obs, action, step.error, chosen_by)
                 state.steps[-1].extra["latency_s"] = round(time.monotonic() - acted, 4)
