@@ -54,6 +54,7 @@ TOKEN_HEADER = "X-Orchard-Browser"
 NAV_TIMEOUT_MS = 30_000
 SETTLE_LOAD_MS = 5_000
 SETTLE_IDLE_MS = 1_000
+SCREENSHOT_MS = 10_000
 REQUEST_TIMEOUT_S = 120.0
 
 KINDS = {
@@ -440,6 +441,21 @@ class BrowserEnv:
     def evaluate(self, expression: str) -> Any:
         return self.page.evaluate(expression)
 
+    @staticmethod
+    def _screenshot(page: Page) -> bytes:
+        """A PNG of the viewport; one retry after the page settles (under load, a capture
+        that raced a navigation's commit can time out)."""
+        for attempt in range(2):
+            try:
+                return page.screenshot(type="png", timeout=SCREENSHOT_MS)
+            except PlaywrightError as exc:
+                if attempt or "Timeout" not in str(exc):
+                    raise
+                print(f"browser_server: screenshot retried: {first_line(exc)}", file=sys.stderr)
+                with contextlib.suppress(PlaywrightError):
+                    page.wait_for_load_state("load", timeout=SETTLE_LOAD_MS)
+        raise AssertionError("unreachable")
+
     # ------------------------------------------------------------ observation
 
     def observe(self, marks: bool, axtree: bool, som: bool) -> dict[str, Any]:
@@ -455,7 +471,7 @@ class BrowserEnv:
                 }
             )
         viewport = page.viewport_size or {"width": self.width, "height": self.height}
-        screenshot = page.screenshot(type="png", timeout=15_000)
+        screenshot = self._screenshot(page)
         obs: dict[str, Any] = {
             "url": page.url,
             "title": safe_title(page),
@@ -518,8 +534,11 @@ def safe_title(page: Page) -> str:
 
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
-    # Playwright errors carry a long "Call log:"; the first lines say what happened.
-    return text.split("\nCall log:")[0].strip()[:500]
+    # Playwright errors carry a long "Call log:"; the first lines say what happened, its
+    # last line where a wait was stuck.
+    head, _, log = text.partition("\nCall log:")
+    last = [line.strip() for line in log.strip().splitlines() if line.strip()][-1:]
+    return (head.strip()[:500] + (f" (last: {last[0][:200]})" if last else "")).strip()
 
 
 class Worker:
