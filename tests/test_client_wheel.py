@@ -36,19 +36,23 @@ def test_every_package_builds_as_its_own_wheel(tmp_path):
                    cwd=ROOT, check=True, capture_output=True)  # fmt: skip
     wheels = {p.name.split("-")[0]: p for p in tmp_path.glob("*.whl")}
     assert sorted(wheels) == ["orchard_env_agent", "orchard_env_client", "orchard_env_server",
-                              "orchard_swe"]  # fmt: skip
+                              "orchard_gui", "orchard_swe"]  # fmt: skip
 
 
-def test_the_swe_recipe_depends_on_the_client_and_never_on_the_server_or_agent(tmp_path):
+RECIPE_DATA = {"orchard-swe": "builtin/tasks.jsonl", "orchard-gui": "prompts/react_tools.txt"}
+
+
+@pytest.mark.parametrize("package", sorted(RECIPE_DATA))
+def test_a_recipe_depends_on_the_client_and_never_on_the_server_or_agent(tmp_path, package):
     import zipfile
 
-    subprocess.run(["uv", "build", "--package", "orchard-swe", "--wheel", "-o", str(tmp_path)],
+    subprocess.run(["uv", "build", "--package", package, "--wheel", "-o", str(tmp_path)],
                    cwd=ROOT, check=True, capture_output=True)  # fmt: skip
-    wheel = next(tmp_path.glob("orchard_swe-*.whl"))
+    wheel = next(tmp_path.glob(f"{package.replace('-', '_')}-*.whl"))
     with zipfile.ZipFile(wheel) as zf:
         meta = zf.read(next(n for n in zf.namelist() if n.endswith("METADATA"))).decode()
         sources = [zf.read(n).decode() for n in zf.namelist() if n.endswith(".py")]
-        assert any(n.endswith("builtin/tasks.jsonl") for n in zf.namelist())
+        assert any(n.endswith(RECIPE_DATA[package]) for n in zf.namelist())
     requires = [line.split(":", 1)[1].strip() for line in meta.splitlines()
                 if line.startswith("Requires-Dist:")]  # fmt: skip
     assert any(r.startswith("orchard-env-client") for r in requires)

@@ -354,10 +354,9 @@ async def test_bundle_is_cached() -> None:
     assert any(n.startswith("greenlet/") for n in names)
 
 
+@pytest.mark.on_backends("docker")  # the local backend's host image has Chromium
 @pytest.mark.parametrize("image", ["orchard-test/debian"])
 async def test_image_without_chromium_is_refused(image: str, service: RunningServer) -> None:
-    if service.backend != "docker":
-        pytest.skip("the local backend's host image has Chromium")
     async with AsyncSandboxClient(base_url=service.url) as client:
         box = await client.create_sandbox(image)
         async with box:
