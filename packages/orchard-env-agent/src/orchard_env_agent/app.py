@@ -17,7 +17,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from . import __version__, files, netns, ports
+from . import __version__, bridges, files, netns, ports
 from .build import build_id
 from .config import Settings
 from .context import Mount, Registry, SandboxContext, normalise_mount_path, single_context
@@ -232,6 +232,15 @@ class Agent:
             ctx, request, request.path_params["port"], request.path_params.get("path", "")
         )
 
+    async def bridges_configure(self, request: Request) -> Response:
+        return await bridges.configure_route(self.sandbox(request), request)
+
+    async def bridges_next(self, request: Request) -> Response:
+        return await bridges.next_route(self.sandbox(request), request)
+
+    async def bridges_answer(self, request: Request) -> Response:
+        return await bridges.answer_route(self.sandbox(request), request)
+
     async def _ws_sandbox(self, ws: WebSocket) -> SandboxContext | None:
         """The upgrade's sandbox, or None after closing the socket with why not."""
         try:
@@ -281,6 +290,7 @@ class Agent:
         if ctx is None:
             raise ApiError(404, "sandbox_not_found", f"no sandbox {sid!r} here")
         ctx.jobs.kill_all()
+        await ctx.bridges.close()
         return JSONResponse({"status": "deleted", "sandbox_id": sid})
 
     async def admin_list(self, request: Request) -> Response:
@@ -367,6 +377,9 @@ def create_app(settings: Settings) -> Starlette:
         Route("/ports/{port:int}/{path:path}", agent.ports, methods=methods),
         Route("/ports/{port:int}", agent.ports, methods=methods),
         WebSocketRoute("/ports/{port:int}/{path:path}", agent.ports_ws),
+        Route("/bridges", agent.bridges_configure, methods=["POST"]),
+        Route("/bridges/next", agent.bridges_next, methods=["GET"]),
+        Route("/bridges/{request_id}/response", agent.bridges_answer, methods=["POST"]),
         Route("/_admin/sandboxes", agent.admin_register, methods=["POST"]),
         Route("/_admin/sandboxes", agent.admin_list, methods=["GET"]),
         Route("/_admin/sandboxes/{sandbox_id}", agent.admin_delete, methods=["DELETE"]),

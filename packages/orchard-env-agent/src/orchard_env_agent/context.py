@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .bridges import Bridges
     from .jobs import JobStore
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -34,12 +35,22 @@ class SandboxContext:
     # an unprivileged host user could.
     owner: tuple[int, int] | None = None
     jobs: JobStore = field(init=False)
+    _bridges: Bridges | None = field(default=None, init=False)
     _has_bash: bool | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         from .jobs import JobStore
 
         self.jobs = JobStore(self.sandbox_id)
+
+    @property
+    def bridges(self) -> Bridges:
+        """The sandbox's service bridges (none until the orchestrator configures them)."""
+        if self._bridges is None:
+            from .bridges import Bridges
+
+            self._bridges = Bridges(self.holder_pid)
+        return self._bridges
 
     def mount_for(self, sandbox_path: str) -> Mount | None:
         best: Mount | None = None
@@ -82,7 +93,8 @@ class Registry:
     def add(self, ctx: SandboxContext) -> None:
         old = self.sandboxes.get(ctx.sandbox_id)
         if old is not None:
-            ctx.jobs = old.jobs  # re-registration keeps the jobs
+            ctx.jobs = old.jobs  # re-registration keeps the jobs and the bridges
+            ctx._bridges = old._bridges
         self.sandboxes[ctx.sandbox_id] = ctx
 
     def get(self, sandbox_id: str) -> SandboxContext | None:

@@ -25,21 +25,30 @@ def _setns(fd: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
-def connect(port: int, holder_pid: int | None, timeout: float = 10.0) -> socket.socket:
-    """Blocking: run in a worker thread. setns only affects the calling thread."""
+def socket_in(holder_pid: int | None) -> socket.socket:
+    """Blocking: a TCP socket in the network namespace of ``holder_pid`` (None: the agent's
+    own). setns affects only the calling thread, which returns to its own namespace; the
+    socket stays in the one it was created in, for connecting or listening."""
     if holder_pid is None:
-        return socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     remember_own_netns()
     assert _own_netns is not None
     target = os.open(f"/proc/{holder_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
         _setns(target)
         try:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         finally:
-            _setns(_own_netns)  # the socket stays in the namespace it was created in
+            _setns(_own_netns)
     finally:
         os.close(target)
+
+
+def connect(port: int, holder_pid: int | None, timeout: float = 10.0) -> socket.socket:
+    """Blocking: run in a worker thread. setns only affects the calling thread."""
+    if holder_pid is None:
+        return socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    sock = socket_in(holder_pid)
     try:
         sock.settimeout(timeout)
         sock.connect(("127.0.0.1", port))

@@ -19,22 +19,24 @@ from .context import SandboxContext
 from .errors import ApiError
 from .wsrelay import relay, requested_subprotocols
 
-HOP_BY_HOP = {
-    "authorization",
-    "x-orchard-sandbox",
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "trailers",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-}
+# Hop-by-hop headers (RFC 9110 7.6.1): never passed on by a relay.
+RFC_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+# What forwarding to a sandboxed port also drops: the orchestrator's credentials and
+# sandbox selector, and what the next hop sets itself.
+HOP_BY_HOP = RFC_HOP_BY_HOP | {"authorization", "x-orchard-sandbox", "host", "content-length"}
 
 
 # What a path segment may carry unescaped (RFC 3986 pchar, minus "%": a literal "%" that

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import time
 import types
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -96,6 +96,7 @@ class AsyncSandboxClient:
         labels: dict[str, str] | None = None,
         ttl_seconds: float | None = None,
         idle_timeout_seconds: float | None = None,
+        bridges: Mapping[int | str, str] | None = None,
         wait: bool = True,
     ) -> AsyncSandbox:
         """Create a sandbox and (with ``wait``) block until it is ready.
@@ -104,6 +105,10 @@ class AsyncSandboxClient:
         it is not ready within ``timeout`` seconds; in both cases (and on any other error
         while waiting) the sandbox is deleted before the exception propagates. Retried on
         503 only when ``sandbox_id`` is given (a retry cannot then create a second sandbox).
+
+        ``bridges`` maps sandbox ports to upstream URLs: inside the sandbox
+        ``http://127.0.0.1:<port>/<path>`` reaches ``<upstream URL>/<path>``, relayed by the
+        service, though the sandbox has no network (``{4000: "http://10.0.0.5:8080/v1"}``).
         """
         body = models.CreateSandboxRequest(
             image=image,
@@ -117,6 +122,7 @@ class AsyncSandboxClient:
             labels=labels,
             ttl_seconds=ttl_seconds,
             idle_timeout_seconds=idle_timeout_seconds,
+            bridges=None if bridges is None else {str(k): v for k, v in bridges.items()},
         ).to_json()
         data = await self._http.json(
             "POST", "/sandboxes", json=body, idempotent=sandbox_id is not None

@@ -115,6 +115,7 @@ class CreateSandboxRequest(_Model):
     labels: dict[str, str] | None = None
     ttl_seconds: float | None = None
     idle_timeout_seconds: float | None = None
+    bridges: dict[str, str] | None = None  # sandbox port → upstream URL (service bridges)
 
 
 @attrs.define(kw_only=True)
@@ -172,6 +173,8 @@ class Sandbox(_Model):
     idle_timeout_seconds: float | None = None
     expires_at: float | None = None
     error: str | None = None
+    # Service bridges: ``http://127.0.0.1:<port>`` inside reaches the upstream URL.
+    bridges: dict[str, str] = attrs.field(factory=dict)
 
 
 @attrs.define(kw_only=True)

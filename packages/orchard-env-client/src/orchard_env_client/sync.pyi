@@ -186,6 +186,7 @@ class SandboxClient:
         labels: dict[str, str] | None = None,
         ttl_seconds: float | None = None,
         idle_timeout_seconds: float | None = None,
+        bridges: Mapping[int | str, str] | None = None,
         wait: bool = True,
     ) -> Sandbox:
         """Create a sandbox and (with ``wait``) block until it is ready.
@@ -194,6 +195,10 @@ class SandboxClient:
         it is not ready within ``timeout`` seconds; in both cases (and on any other error
         while waiting) the sandbox is deleted before the exception propagates. Retried on
         503 only when ``sandbox_id`` is given (a retry cannot then create a second sandbox).
+
+        ``bridges`` maps sandbox ports to upstream URLs: inside the sandbox
+        ``http://127.0.0.1:<port>/<path>`` reaches ``<upstream URL>/<path>``, relayed by the
+        service, though the sandbox has no network (``{4000: "http://10.0.0.5:8080/v1"}``).
         """
     def get_sandbox(self, sandbox_id: str) -> Sandbox:
         """A handle on an existing sandbox (``SandboxNotFound`` if unknown)."""

@@ -89,6 +89,22 @@ def _parser() -> argparse.ArgumentParser:
         "--runtime-class", default=None, metavar="NAME",
         help="sandbox pods' runtimeClassName, e.g. gVisor or Kata (docs/security.md)",
     )  # fmt: skip
+    bridges = serve.add_argument_group("service bridges")
+    bridges.add_argument(
+        "--bridge-allow-upstream",
+        dest="bridge_allowed_upstreams",
+        action="append",
+        default=None,
+        metavar="URL_PREFIX",
+        help="bridges may point only under this URL prefix (repeatable; default: any http or "
+        "https URL; or $ORCHARD_ENV_BRIDGE_ALLOWED_UPSTREAMS, comma-separated)",
+    )
+    bridges.add_argument(
+        "--bridge-max-request-bytes",
+        type=int,
+        default=None,
+        help="cap on a bridged request's body (default 32 MiB; larger ones are answered 413)",
+    )
     serve.add_argument("--max-inflight", type=int, default=None, help="503 beyond this many")
     serve.add_argument("--max-output-bytes", type=int, default=None, help="per stream, per job")
     serve.add_argument("--max-upload-bytes", type=int, default=None)
@@ -177,6 +193,8 @@ def serve(args: argparse.Namespace) -> int:
         "image_pull_policy": args.image_pull_policy,
         "orchestrator_id": args.orchestrator_id,
         "runtime_class": args.runtime_class,
+        "bridge_allowed_upstreams": args.bridge_allowed_upstreams,
+        "bridge_max_request_bytes": args.bridge_max_request_bytes,
     }
     if args.api_keys is not None:
         overrides["api_keys"] = parse_api_keys(args.api_keys)

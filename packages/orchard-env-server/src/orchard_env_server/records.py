@@ -47,6 +47,7 @@ class SandboxRecord:
     labels: dict[str, str] = attrs.Factory(dict)
     ttl_seconds: float | None = None
     idle_timeout_seconds: float | None = None
+    bridges: dict[str, str] = attrs.Factory(dict)  # sandbox port → upstream URL
     created_at: float = attrs.Factory(time.time)
     status: str = "pending"
     error: str | None = None
@@ -75,6 +76,7 @@ class SandboxRecord:
             labels=dict(req.labels or {}),
             ttl_seconds=req.ttl_seconds,
             idle_timeout_seconds=req.idle_timeout_seconds,
+            bridges=dict(req.bridges or {}),
         )
 
     @property
@@ -117,6 +119,7 @@ class SandboxRecord:
             idle_timeout_seconds=self.idle_timeout_seconds,
             expires_at=self.expires_at,
             error=self.error,
+            bridges=self.bridges,
         )
 
     def to_persisted(self) -> dict[str, Any]:
@@ -134,6 +137,7 @@ class SandboxRecord:
             "labels": self.labels,
             "ttl_seconds": self.ttl_seconds,
             "idle_timeout_seconds": self.idle_timeout_seconds,
+            "bridges": self.bridges,
             "created_at": self.created_at,
             "agent": attrs.asdict(self.agent) if self.agent else None,
             "backend_state": self.backend_state,

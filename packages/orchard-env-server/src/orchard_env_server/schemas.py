@@ -37,6 +37,8 @@ class CreateSandboxRequest(_Strict):
     labels: dict[str, str] | None = None
     ttl_seconds: Annotated[float, Field(gt=0)] | None = None
     idle_timeout_seconds: Annotated[float, Field(gt=0)] | None = None
+    # Service bridges: sandbox port (a string, JSON keys are) → upstream URL (see bridges.py).
+    bridges: dict[str, str] | None = None
 
 
 class SandboxInfo(BaseModel):
@@ -53,6 +55,7 @@ class SandboxInfo(BaseModel):
     idle_timeout_seconds: float | None
     expires_at: float | None
     error: str | None
+    bridges: dict[str, str] = {}
 
 
 class SandboxList(BaseModel):

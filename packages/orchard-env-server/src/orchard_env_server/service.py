@@ -13,6 +13,7 @@ from typing import Any
 from . import metrics
 from .agent_client import AgentClient
 from .backends.base import Backend, BackendError, BackendUnavailable
+from .bridges import BridgeRelay, validate_bridges
 from .errors import (
     ApiError,
     backend_unavailable,
@@ -46,6 +47,7 @@ class SandboxService:
         self._checking: set[str] = set()
         self._last_health_check = 0.0
         self.jobs = JobLedger()
+        self._bridges = BridgeRelay(agents, settings) if agents is not None else None
 
     # -- start and stop -------------------------------------------------------------
     async def start(self) -> None:
@@ -57,6 +59,7 @@ class SandboxService:
                 continue
             record.mark("ready")
             record.touch()
+            self._relay_bridges(record)
             log.info("adopted sandbox %s from an earlier run", record.sandbox_id)
         metrics.SANDBOXES.set(len(self._records))
         self._reaper = asyncio.create_task(self._reap_forever(), name="orchard-reaper")
@@ -68,6 +71,8 @@ class SandboxService:
                 await self._reaper
         for task in list(self._tasks):
             task.cancel()
+        if self._bridges is not None:
+            await self._bridges.close()
         keep = self.settings.keep_sandboxes_on_exit
         if keep is None:
             keep = self.backend.sandboxes_outlive_orchestrator
@@ -80,12 +85,22 @@ class SandboxService:
             record.touch()
             self._records[record.sandbox_id] = record
             metrics.SANDBOXES.set(len(self._records))
+            self._relay_bridges(record)
+
+    def _relay_bridges(self, record: SandboxRecord) -> None:
+        if self._bridges is not None:
+            self._bridges.start(record)
+
+    def _stop_bridges(self, sandbox_id: str) -> None:
+        if self._bridges is not None:
+            self._bridges.stop(sandbox_id)
 
     def lost(self, sandbox_id: str, reason: str) -> None:
         """Deleted behind this process's back: report ``terminated`` until forgotten."""
         record = self._records.get(sandbox_id)
         if record is not None and record.status != "terminated":
             record.mark("terminated", reason)
+            self._stop_bridges(sandbox_id)
             self.jobs.lose_sandbox(
                 sandbox_id, f"the sandbox was removed while the job ran: {reason}"
             )
@@ -153,7 +168,13 @@ class SandboxService:
             raise quota_exceeded(
                 f"tenant has {owned} sandboxes, the limit is {self.settings.max_sandboxes_per_tenant}"
             )
+        bridges = validate_bridges(
+            req.bridges, self.settings.bridge_allowed_upstreams, self.backend.reserved_ports
+        )
+        if bridges and self._bridges is None:
+            raise conflict("this service cannot relay bridges", "bridges_unavailable")
         record = SandboxRecord.from_request(sandbox_id, tenant, req)
+        record.bridges = bridges
         if record.ttl_seconds is None:
             record.ttl_seconds = self.settings.default_ttl_seconds
         self._records[sandbox_id] = record
@@ -186,13 +207,18 @@ class SandboxService:
     async def _await_ready(self, record: SandboxRecord, started: float) -> None:
         try:
             await asyncio.wait_for(self.backend.wait_ready(record), record.timeout)
+            if record.bridges and self._bridges is not None and record.status == "pending":
+                await self._bridges.configure(record)  # listening before it says ready
         except BackendError as exc:
             record.mark("failed", str(exc))
+        except ApiError as exc:
+            record.mark("failed", f"cannot set up its bridges: {exc.detail}")
         except TimeoutError:
             record.mark("failed", f"not ready within {record.timeout:g} s")
         else:
             if record.status == "pending":
                 record.mark("ready")
+                self._relay_bridges(record)
                 record.touch()  # the idle clock starts when the sandbox can be used
                 metrics.CREATE_SECONDS.observe(time.monotonic() - started)
         if record.status == "failed":
@@ -220,6 +246,7 @@ class SandboxService:
             if record.status == "terminated":
                 return
             record.mark(status, error)
+            self._stop_bridges(record.sandbox_id)
             why = (
                 f"the sandbox failed: {error}" if status == "failed" else "the sandbox was deleted"
             )
@@ -307,6 +334,7 @@ class SandboxService:
             await self._destroy(record, "failed", dead)
 
     async def _forget(self, record: SandboxRecord) -> None:
+        self._stop_bridges(record.sandbox_id)
         with contextlib.suppress(ApiError):
             await self.backend.delete(record)
         self._records.pop(record.sandbox_id, None)

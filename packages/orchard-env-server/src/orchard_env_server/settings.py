@@ -69,6 +69,10 @@ class Settings:
     # Machine-wide claims of local sandboxes' host uid ranges (shared by every orchestrator).
     local_uid_registry: Path = Path("/run/orchard-env/uid-ranges")
     docker_network: str = "bridge"  # for sandboxes with block_network=false
+    # Service bridges: upstream URL prefixes a sandbox's bridges may point under (empty:
+    # any http or https URL), and the cap on one bridged request's body.
+    bridge_allowed_upstreams: list[str] = attrs.Factory(list)
+    bridge_max_request_bytes: int = 32 << 20
     # Kubernetes backend
     kubeconfig: Path | None = None  # default: in-cluster config in a pod, else $KUBECONFIG
     namespace: str = "orchard-sandboxes"  # where sandbox pods live
@@ -90,6 +94,13 @@ class Settings:
             values["agent_image"] = os.environ["ORCHARD_ENV_AGENT_IMAGE"]
         if os.environ.get("ORCHARD_ENV_AGENT_BUNDLE"):
             values["agent_bundle"] = Path(os.environ["ORCHARD_ENV_AGENT_BUNDLE"])
+        if os.environ.get("ORCHARD_ENV_BRIDGE_ALLOWED_UPSTREAMS"):
+            raw = os.environ["ORCHARD_ENV_BRIDGE_ALLOWED_UPSTREAMS"].split(",")
+            values["bridge_allowed_upstreams"] = [p.strip() for p in raw if p.strip()]
+        if os.environ.get("ORCHARD_ENV_BRIDGE_MAX_REQUEST_BYTES"):
+            values["bridge_max_request_bytes"] = int(
+                os.environ["ORCHARD_ENV_BRIDGE_MAX_REQUEST_BYTES"]
+            )
         for name, env in (
             ("kubeconfig", "ORCHARD_ENV_KUBECONFIG"),
             ("namespace", "ORCHARD_ENV_NAMESPACE"),

@@ -39,6 +39,8 @@ class Backend(Protocol):
     # True where sandboxes belong to something bigger than one orchestrator process (a
     # cluster shared by replicas): stopping the process then leaves them running.
     sandboxes_outlive_orchestrator: bool
+    # Ports the agent itself listens on inside a sandbox: no service bridge may take them.
+    reserved_ports: frozenset[int]
 
     def attach(self, registry: SandboxRegistry) -> None:
         """Called before ``start`` with the service, for backends that discover sandboxes."""

@@ -52,6 +52,7 @@ class DockerBackend:
 
     name = "docker"
     sandboxes_outlive_orchestrator = False
+    reserved_ports: frozenset[int] = frozenset()
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings

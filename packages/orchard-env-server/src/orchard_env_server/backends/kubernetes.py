@@ -85,6 +85,7 @@ class KubernetesBackend:
 
     name = "kubernetes"
     sandboxes_outlive_orchestrator = True  # they belong to the cluster, not to a replica
+    reserved_ports: frozenset[int] = frozenset({AGENT_PORT})  # the agent listens in the pod
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings

@@ -60,7 +60,7 @@ _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 # Fields of the record worth recovering; env stays in the pod spec, the token in the Secret.
 _RECORD_FIELDS = (
     "sandbox_id", "tenant", "image", "block_network", "cpu", "memory", "timeout",
-    "workdir", "labels", "ttl_seconds", "idle_timeout_seconds", "created_at",
+    "workdir", "labels", "ttl_seconds", "idle_timeout_seconds", "created_at", "bridges",
 )  # fmt: skip
 
 

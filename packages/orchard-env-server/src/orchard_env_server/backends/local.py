@@ -66,6 +66,7 @@ class LocalBackend:
 
     name = "local"
     sandboxes_outlive_orchestrator = False
+    reserved_ports: frozenset[int] = frozenset()
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
