@@ -35,11 +35,21 @@ def test_every_package_builds_as_its_own_wheel(tmp_path):
     subprocess.run(["uv", "build", "--all-packages", "--wheel", "-o", str(tmp_path)],
                    cwd=ROOT, check=True, capture_output=True)  # fmt: skip
     wheels = {p.name.split("-")[0]: p for p in tmp_path.glob("*.whl")}
-    assert sorted(wheels) == ["orchard_env_agent", "orchard_env_client", "orchard_env_server",
-                              "orchard_gui", "orchard_swe"]  # fmt: skip
+    assert sorted(wheels) == [
+        "orchard_claw",
+        "orchard_env_agent",
+        "orchard_env_client",
+        "orchard_env_server",
+        "orchard_gui",
+        "orchard_swe",
+    ]
 
 
-RECIPE_DATA = {"orchard-swe": "builtin/tasks.jsonl", "orchard-gui": "prompts/react_tools.txt"}
+RECIPE_DATA = {
+    "orchard-swe": "builtin/tasks.jsonl",
+    "orchard-gui": "prompts/react_tools.txt",
+    "orchard-claw": "data/builtin/book-room-1/task.json",
+}
 
 
 @pytest.mark.parametrize("package", sorted(RECIPE_DATA))
