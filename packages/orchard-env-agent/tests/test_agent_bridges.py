@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 from agent_harness import Agent
+
+from orchard_env_agent.bridges import MAX_CONNECTIONS
 
 pytestmark = pytest.mark.integration
 
@@ -114,3 +117,66 @@ def test_nothing_queued_polls_204_and_unknown_answers_404(single: Agent):
 def test_bad_port_lists_are_refused(single: Agent, ports: list[object]):
     answer = _configure(single, ports)  # type: ignore[arg-type]
     assert answer.status_code == 422
+
+
+def _get(url: str) -> httpx.Response:
+    return httpx.get(url, timeout=30)
+
+
+def _post(url: str, body: bytes) -> httpx.Response:
+    return httpx.post(url, content=body, timeout=30)
+
+
+def _poll_and_answer(agent: Agent, headers: list[list[str]], body: bytes = b"ok") -> dict:
+    polled = agent.client.get("/bridges/next", params={"wait": 30}, headers=agent.headers())
+    assert polled.status_code == 200, polled.text
+    meta = json.loads(polled.headers["x-orchard-bridge-request"])
+    answer = {
+        **agent.headers(),
+        "X-Orchard-Bridge-Status": "200",
+        "X-Orchard-Bridge-Headers": json.dumps(headers),
+    }
+    return agent.client.post(f"/bridges/{meta['id']}/response", content=body, headers=answer)
+
+
+def test_connections_past_the_cap_are_answered_503_busy(single: Agent):
+    port = _free_port()
+    _configure(single, [port])
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CONNECTIONS)]
+    try:
+        answer = httpx.get(f"http://127.0.0.1:{port}/x", timeout=30)
+        assert (answer.status_code, answer.json()["code"]) == (503, "bridge_busy")
+    finally:
+        for sock in idle:
+            sock.close()
+    thread, out = _in_background(_get, f"http://127.0.0.1:{port}/x")
+    assert _poll_and_answer(single, []).json() == {"delivered": True}
+    thread.join(30)
+    assert out[0].status_code == 200  # type: ignore[attr-defined]
+
+
+def test_request_bodies_held_at_once_are_bounded(single: Agent):
+    port = _free_port()
+    _configure(single, [port], max_request_bytes=100, stale_after_s=3)
+    url = f"http://127.0.0.1:{port}/x"
+    held = [_in_background(_post, url, b"y" * 100) for _ in range(4)]
+    time.sleep(1)
+    over = httpx.post(url, content=b"y" * 100, timeout=30)
+    assert (over.status_code, over.json()["code"]) == (503, "bridge_busy")
+    for thread, out in held:
+        thread.join(30)
+        assert out[0].json()["code"] == "bridge_unavailable"  # type: ignore[attr-defined]
+    # all given back: a full body is taken again
+    thread, out = _in_background(_post, url, b"y" * 100)
+    assert _poll_and_answer(single, []).json() == {"delivered": True}
+    thread.join(30)
+    assert out[0].status_code == 200  # type: ignore[attr-defined]
+
+
+def test_upstream_headers_beyond_ascii_reach_the_caller(single: Agent):
+    port = _free_port()
+    _configure(single, [port])
+    thread, out = _in_background(_get, f"http://127.0.0.1:{port}/x")
+    assert _poll_and_answer(single, [["x-name", "caf\u00e9"]]).json() == {"delivered": True}
+    thread.join(30)
+    assert out[0].headers.raw[0] == (b"x-name", b"caf\xe9")  # type: ignore[attr-defined]

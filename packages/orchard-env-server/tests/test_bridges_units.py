@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import asyncio
+import json
+from collections.abc import AsyncIterator, Collection
+from typing import Any
 
+import httpx
 import pytest
 
-from orchard_env_server.bridges import upstream_url, validate_bridges
+from orchard_env_agent.bridges import HEADER_HEADERS, HEADER_REQUEST, HEADER_STATUS
+from orchard_env_server.bridges import (
+    MAX_FORWARDS_PER_SANDBOX,
+    BridgeRelay,
+    upstream_url,
+    validate_bridges,
+)
 from orchard_env_server.errors import ApiError
+from orchard_env_server.records import AgentEndpoint, SandboxRecord
+from orchard_env_server.settings import Settings
 
 
 def _code(
@@ -76,3 +88,159 @@ def test_a_request_goes_under_the_upstreams_path(upstream, target, url):
 def test_targets_that_climb_or_go_elsewhere_are_refused(target):
     with pytest.raises(ValueError):
         upstream_url("http://h/v1", target)
+
+
+# -- review findings ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"80": "http://[::1"},  # urlsplit: Invalid IPv6 URL
+        {"80": "http://h\uff0f@x/"},  # urlsplit: invalid under NFKC
+        {"1" * 5000: "http://h"},  # int(): more digits than Python converts
+    ],
+)
+def test_urls_and_ports_python_cannot_parse_are_invalid_not_a_crash(raw):
+    assert _code(raw) == "invalid_bridge"
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["/..%2fadmin", "/%2e%2e%2fadmin", "/..\\admin", "/%2e%2e%5cadmin", "/%252e%252e/admin"],
+)
+def test_dot_segments_hidden_in_encoded_slashes_or_backslashes_are_refused(target):
+    with pytest.raises(ValueError):
+        upstream_url("http://h/v1", target)
+
+
+def test_an_upstream_url_cannot_hide_dot_segments_either():
+    assert _code({"80": "http://h/v1/..%2f..%2fadmin"}) == "invalid_bridge"
+
+
+class _Stream:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes = b"") -> None:
+        self.status_code, self.headers, self._body = status, headers, body
+
+    async def aiter_raw(self) -> AsyncIterator[bytes]:
+        yield self._body
+
+    async def aread(self) -> bytes:
+        return self._body
+
+    async def aclose(self) -> None:
+        pass
+
+
+class _Agent:
+    """Plays the agent: hands over ``queued`` requests to polls, then nothing."""
+
+    def __init__(self, queued: list[tuple[dict[str, Any], bytes]]) -> None:
+        self.queued = queued
+        self.answers: list[tuple[str, dict[str, str]]] = []
+        self.polls = 0
+
+    async def request(self, *args: Any, **kwargs: Any) -> Any:
+        return {"ports": []}
+
+    async def open_stream(self, endpoint: Any, method: str, path: str, **kw: Any) -> _Stream:
+        if path == "/bridges/next":
+            self.polls += 1
+            if self.polls == 1:
+                raise RuntimeError("not an ApiError: the relay must survive it")
+            if not self.queued:
+                await asyncio.sleep(0.05)
+                return _Stream(204, {})
+            meta, body = self.queued.pop(0)
+            return _Stream(200, {HEADER_REQUEST: json.dumps(meta)}, body)
+        self.answers.append((path, kw["headers"]))
+        if isinstance(kw["content"], bytes):
+            return _Stream(200, {})
+        async for _ in kw["content"]:
+            pass
+        return _Stream(200, {})
+
+
+def _request(n: int, body: bytes = b"") -> tuple[dict[str, Any], bytes]:
+    return {"id": f"r{n}", "port": 4000, "method": "GET", "target": "/x", "headers": []}, body
+
+
+async def _relay_with(
+    agent: _Agent, upstream: Any, **settings: Any
+) -> tuple[BridgeRelay, SandboxRecord]:
+    relay = BridgeRelay(agent, Settings(**settings))  # type: ignore[arg-type]
+    relay._http = httpx.AsyncClient(transport=httpx.MockTransport(upstream))
+    record = SandboxRecord(sandbox_id="sb", tenant="t", image="i", bridges={"4000": "http://u"})
+    record.agent = AgentEndpoint(base_url="http://agent", token="x")
+    record.mark("ready")
+    relay.start(record)
+    return relay, record
+
+
+async def _until(check: Any, within: float = 10.0) -> None:
+    async with asyncio.timeout(within):
+        while not check():
+            await asyncio.sleep(0.01)
+
+
+async def test_deleting_a_sandbox_cancels_requests_its_upstream_has_not_answered():
+    cancelled = asyncio.Event()
+
+    async def never_answers(request: httpx.Request) -> httpx.Response:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+        raise AssertionError
+
+    agent = _Agent([_request(1)])
+    relay, _ = await _relay_with(agent, never_answers)
+    try:
+        await _until(lambda: relay.in_flight("sb") == 1)
+        relay.stop("sb")
+        await asyncio.wait_for(cancelled.wait(), 5)
+        assert relay.in_flight("sb") == 0
+    finally:
+        await relay.close()
+
+
+async def test_requests_forwarded_at_once_per_sandbox_are_bounded():
+    started = 0
+
+    async def slow(request: httpx.Request) -> httpx.Response:
+        nonlocal started
+        started += 1
+        await asyncio.Event().wait()
+        raise AssertionError
+
+    agent = _Agent([_request(n) for n in range(MAX_FORWARDS_PER_SANDBOX + 10)])
+    relay, _ = await _relay_with(agent, slow)
+    try:
+        await _until(lambda: started == MAX_FORWARDS_PER_SANDBOX)
+        await asyncio.sleep(0.3)
+        assert started == MAX_FORWARDS_PER_SANDBOX
+        assert len(agent.queued) == 10  # left with the agent, not taken
+    finally:
+        await relay.close()
+
+
+async def test_a_body_past_the_cap_is_not_held_but_answered_413():
+    agent = _Agent([_request(1, b"y" * 100)])
+    relay, _ = await _relay_with(agent, lambda r: httpx.Response(200), bridge_max_request_bytes=10)
+    try:
+        await _until(lambda: agent.answers)
+        assert agent.answers[0][1][HEADER_STATUS] == "413"
+    finally:
+        await relay.close()
+
+
+async def test_non_ascii_upstream_headers_pass_as_sent():
+    def upstream(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers=[(b"x-name", "caf\u00e9".encode("latin-1"))])
+
+    agent = _Agent([_request(1)])
+    relay, _ = await _relay_with(agent, upstream)
+    try:
+        await _until(lambda: agent.answers)
+        sent = json.loads(agent.answers[0][1][HEADER_HEADERS])
+        assert ["x-name", "caf\u00e9"] in sent
+    finally:
+        await relay.close()

@@ -9,7 +9,8 @@ and streams each answer back (``POST /bridges/{id}/response``), which the agent 
 the waiting connection chunk by chunk (server-sent events arrive as they are sent).
 
 Each connection carries one request (answers say ``Connection: close``). A request body
-over the cap is answered 413 at once; a request no orchestrator takes within
+over the cap is answered 413 at once; more than ``MAX_CONNECTIONS`` connections, or more
+than ``BUFFERED_REQUESTS`` caps' worth of bodies held at once, 503 ``bridge_busy``; a request no orchestrator takes within
 ``stale_after_s`` is answered 503; one taken but not answered within ``answer_within_s``
 is answered 504. Those answers, like the orchestrator's own 502, are JSON
 ``{"detail", "code"}`` as every error of the service.
@@ -46,6 +47,12 @@ ANSWER_WITHIN_S = 900.0  # taken, but no answer started: 504
 _HEAD_LIMIT = 64 * 1024  # request line and headers
 _READ = 65536
 _DISCARD_S = 30.0  # at most this long spent reading a refused body
+_READ_REQUEST_S = 60.0  # a request's head and body must arrive within this
+# Per sandbox, a sandbox cannot hold more of the agent (on the local backend one agent
+# serves every sandbox): connections open at once, and request bodies held (queued or
+# being forwarded) at once, in request caps. Beyond either, the caller gets 503.
+MAX_CONNECTIONS = 64
+BUFFERED_REQUESTS = 4
 HEADER_STATUS = "x-orchard-bridge-status"
 HEADER_HEADERS = "x-orchard-bridge-headers"
 HEADER_REQUEST = "x-orchard-bridge-request"
@@ -151,6 +158,7 @@ class Bridges:
         self._queue: asyncio.Queue[Pending] = asyncio.Queue()
         self._waiting: dict[str, Pending] = {}  # taken, answer not yet claimed
         self._connections: set[asyncio.Task[None]] = set()
+        self._buffered = 0  # bytes of request bodies held now
 
     @property
     def ports(self) -> list[int]:
@@ -200,6 +208,8 @@ class Bridges:
         if getter.cancelled() or not getter.done():
             return None
         pending = getter.result()
+        if pending.claimed.is_set():  # refused meanwhile (503): not to be sent upstream
+            return None
         if gone.done():
             self._queue.put_nowait(pending)  # not sent anywhere: queue it again
             return None
@@ -221,10 +231,8 @@ class Bridges:
             raise ApiError(404, "bridge_request_not_found", f"no request {request_id!r} waits")
         pending.claimed.set()
         try:
-            head = [(k, v) for k, v in headers if k.lower() not in RFC_HOP_BY_HOP]
-            head.append(("connection", "close"))
             writer, conn = pending.writer, pending.conn
-            writer.write(conn.send(h11.Response(status_code=status, headers=head)))
+            writer.write(conn.send(_response_head(status, headers)))
             await writer.drain()
             async for chunk in body:
                 if chunk:
@@ -235,6 +243,9 @@ class Bridges:
             return True
         except (OSError, h11.LocalProtocolError):
             return False
+        except UnicodeEncodeError:  # a header beyond latin-1: the caller is told so
+            await _refuse(writer, conn, 502, "bad_upstream_answer", "unsendable headers")
+            return False
         finally:
             pending.done.set()
 
@@ -244,10 +255,17 @@ class Bridges:
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._connections) >= MAX_CONNECTIONS:
+            busy = f"the sandbox has {MAX_CONNECTIONS} bridge connections open already"
+            writer.write(_raw_error(503, "bridge_busy", busy))
+            with contextlib.suppress(OSError):
+                await writer.drain()
+            writer.close()
+            return
         self._connections.add(task)
         try:
             await self._serve(port, reader, writer)
-        except (OSError, h11.ProtocolError, asyncio.IncompleteReadError):
+        except (OSError, h11.ProtocolError, asyncio.IncompleteReadError, TimeoutError):
             pass
         finally:
             self._connections.discard(task)
@@ -259,10 +277,30 @@ class Bridges:
         self, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_HEAD_LIMIT)
+        held = 0
+        try:
+            async with asyncio.timeout(_READ_REQUEST_S):  # slow callers hold no slot
+                read = await self._read_request(port, conn, reader, writer)
+                held = len(read.body) if read is not None else 0
+            if read is not None:
+                await self._relay(read)
+        finally:
+            self._buffered -= held
+
+    async def _read_request(
+        self,
+        port: int,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> Pending | None:
+        """The request, its body counted in ``_buffered`` (the caller gives it back), or
+        None when it was refused or the caller went away."""
         request = await _next_event(conn, reader)
         if not isinstance(request, h11.Request):
-            return
+            return None
         cap = self.config.max_request_bytes
+        budget = cap * BUFFERED_REQUESTS
         length = _content_length(request)
         if length is not None and length > cap:
             await _refuse(
@@ -273,29 +311,36 @@ class Bridges:
                 f"request body of {length} bytes exceeds the bridge's {cap}",
             )
             await _discard_rest(reader)
-            return
+            return None
         if conn.they_are_waiting_for_100_continue:
             writer.write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
         body = bytearray()
-        while True:
-            event = await _next_event(conn, reader)
-            if isinstance(event, h11.Data):
+        complete = False
+        try:
+            while True:
+                event = await _next_event(conn, reader)
+                if isinstance(event, h11.EndOfMessage):
+                    complete = True
+                    break
+                if not isinstance(event, h11.Data):
+                    return None
                 body += event.data
+                self._buffered += len(event.data)
                 if len(body) > cap:
-                    await _refuse(
-                        writer,
-                        conn,
-                        413,
-                        "too_large",
-                        f"request body exceeds the bridge's {cap} bytes",
-                    )
-                    await _discard_rest(reader)
-                    return
-            elif isinstance(event, h11.EndOfMessage):
-                break
-            else:
-                return
-        pending = Pending(
+                    status, code = 413, "too_large"
+                    detail = f"request body exceeds the bridge's {cap} bytes"
+                elif self._buffered > budget:
+                    status, code = 503, "bridge_busy"
+                    detail = f"the sandbox's bridged requests hold {budget} bytes already"
+                else:
+                    continue
+                await _refuse(writer, conn, status, code, detail)
+                await _discard_rest(reader)
+                return None
+        finally:
+            if not complete:
+                self._buffered -= len(body)
+        return Pending(
             request_id=secrets.token_hex(12),
             port=port,
             method=request.method.decode("ascii"),
@@ -305,7 +350,6 @@ class Bridges:
             conn=conn,
             writer=writer,
         )
-        await self._relay(pending)
 
     async def _relay(self, pending: Pending) -> None:
         self._queue.put_nowait(pending)
@@ -313,6 +357,7 @@ class Bridges:
             await asyncio.wait_for(pending.taken.wait(), self.config.stale_after_s)
         except TimeoutError:
             _drop_from_queue(self._queue, pending)
+            pending.claimed.set()  # a poll that got it meanwhile must not relay it now
             await _refuse(
                 pending.writer,
                 pending.conn,
@@ -336,6 +381,28 @@ class Bridges:
                 )
                 return
         await pending.done.wait()
+
+
+def _response_head(status: int, headers: list[tuple[str, str]]) -> h11.Response:
+    """The answer's head: the upstream's end-to-end headers as it sent them (latin-1, as
+    they were read), then ``Connection: close``; UnicodeEncodeError beyond latin-1."""
+    head = [
+        (k.encode("latin-1"), v.encode("latin-1"))
+        for k, v in headers
+        if k.lower() not in RFC_HOP_BY_HOP
+    ]
+    head.append((b"connection", b"close"))
+    return h11.Response(status_code=status, headers=head)
+
+
+def _raw_error(status: int, code: str, detail: str) -> bytes:
+    """A whole JSON error answer, for a connection refused before its request is read
+    (h11 answers only a request it has read)."""
+    conn = h11.Connection(h11.SERVER)
+    conn.receive_data(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+    conn.next_event()
+    response, body = _json_error(status, code, detail)
+    return conn.send(response) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
 
 
 def _drop_from_queue(queue: asyncio.Queue[Pending], pending: Pending) -> None:
