@@ -19,6 +19,7 @@ from orchard_env_client.openai_wire import (
     token_ids_of,
 )
 from orchard_env_client.recording_proxy import (
+    RUN_ID_HEADER,
     Exchange,
     RecordingProxy,
     read_exchanges,
@@ -192,6 +193,17 @@ def test_concurrent_runs_keep_their_records_apart() -> None:
         assert len(exchanges) == 2
         traj = to_trajectory(exchanges, TrajectoryMetadata(task_id=run))
         assert traj.messages[-1]["content"] == f"done: {run}.txt"
+
+
+def test_the_upstream_is_told_the_run_and_a_caller_cannot_forge_it() -> None:
+    with ScriptedModelServer() as llm, RecordingProxy(llm.base_url) as proxy:
+        llm.set_default(lambda request: str(request.headers.get(RUN_ID_HEADER.lower())))
+        body = {"model": "m", "messages": [{"role": "user", "content": "which run?"}]}
+        forged = {RUN_ID_HEADER: "someone-else"}
+        tagged = httpx.post(f"{proxy.run_url('run-7')}/chat/completions", json=body, headers=forged)
+        plain = httpx.post(f"{proxy.base_url}/chat/completions", json=body, headers=forged)
+    assert tagged.json()["choices"][0]["message"]["content"] == "run-7"
+    assert plain.json()["choices"][0]["message"]["content"] == "None"
 
 
 def test_an_upstream_event_reaches_the_caller_before_the_upstream_finishes() -> None:

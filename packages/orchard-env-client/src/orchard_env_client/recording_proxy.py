@@ -5,7 +5,8 @@ everything under ``/v1/`` to an upstream model server (``upstream_base_url`` end
 ``/v1``): method, query, body and headers (minus hop-by-hop ones, so ``Authorization``
 passes; ``Host`` is the upstream's). The answer streams back as it arrives (SSE events are
 not held back). One proxy serves many runs: a request to ``/r/<run_id>/v1/...`` is tagged
-with that run id, one to plain ``/v1/...`` with ``"default"``.
+with that run id (and sent upstream with an ``X-Orchard-Run-Id`` header), one to plain
+``/v1/...`` with ``"default"``.
 
 Each request/answer pair is an :class:`Exchange` (endpoint, request JSON, answer JSON or,
 for a stream, the raw SSE events and the answer reassembled into its non-streaming shape,
@@ -41,6 +42,7 @@ from .trajectory import Trajectory, TrajectoryMetadata, TrajectoryStep, TurnToke
 
 __all__ = [
     "DEFAULT_RUN",
+    "RUN_ID_HEADER",
     "Exchange",
     "RecordingProxy",
     "read_exchanges",
@@ -49,6 +51,9 @@ __all__ = [
 
 DEFAULT_RUN = "default"
 """The run id of requests to plain ``/v1/...``."""
+RUN_ID_HEADER = "X-Orchard-Run-Id"
+"""Sent upstream with a request to ``/r/<run_id>/v1/...``: the run it belongs to (a
+scripted model tells runs apart by it)."""
 
 _PATH = re.compile(r"(?:/r/(?P<run>[A-Za-z0-9._:-]{1,128}))?/v1(?P<rest>/.*)?")
 _HOP_BY_HOP = frozenset(
@@ -229,6 +234,7 @@ def _reassemble(endpoint: str, events: Sequence[wire.SSEEvent]) -> Any:
 class _ProxyHandler(Handler):
     recorder: RecordingProxy
     _recorded = False
+    _run: str | None = None
 
     def _forward_headers(self) -> list[tuple[str, str]]:
         listed = {
@@ -237,8 +243,12 @@ class _ProxyHandler(Handler):
         headers = [
             (name, value)
             for name, value in self.headers.items()
-            if name.lower() not in _NOT_FORWARDED and name.lower() not in listed
+            if name.lower() not in _NOT_FORWARDED
+            and name.lower() not in listed
+            and name.lower() != RUN_ID_HEADER.lower()
         ]
+        if self._run is not None:
+            headers.append((RUN_ID_HEADER, self._run))
         return [*headers, ("Accept-Encoding", "identity")]
 
     def _proxy(self) -> None:
@@ -253,6 +263,7 @@ class _ProxyHandler(Handler):
         if body is None:
             return
         rest = match["rest"] or ""
+        self._run = match["run"]
         path = rest + (f"?{split.query}" if split.query else "")
         exchange = Exchange(
             run_id=match["run"] or DEFAULT_RUN,
