@@ -51,3 +51,12 @@ def claw_sandbox(claw_server: RunningServer) -> Iterator[SharedSandbox]:
             yield SharedSandbox(claw_server.url, sandbox.sandbox_id, claw_server.backend)
         finally:
             sandbox.delete()
+
+
+@pytest.fixture(scope="session")
+def claw_local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """One local-backend service, for tests whose subject is the recipe, not the backend."""
+    srv = RunningServer(backend="local", state_dir=tmp_path_factory.mktemp("claw-local") / "s")
+    srv.start()
+    yield srv
+    srv.stop()
