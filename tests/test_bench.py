@@ -31,6 +31,15 @@ def test_latency_reports_the_three_paths_ratios_and_file_throughput(backend, cap
     assert plot.read_bytes().startswith(b"\x89PNG")
 
 
+def test_bridge_reports_both_paths_and_their_ratio(backend, capsys, tmp_path):
+    plot = tmp_path / "bridge.png"
+    result = _run(capsys, "bridge", "--runs", "5", "--plot", str(plot))
+    for path in ("orchard", "baseline"):
+        assert {"p50_ms", "p90_ms", "p99_ms"} <= set(result[path])  # type: ignore[arg-type]
+    assert result["ratio_p50"] and result["overhead_p50_ms"] is not None
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
 def test_concurrency_counts_every_command_and_leaves_nothing(backend, capsys, tmp_path):
     plot = tmp_path / "concurrency.png"
     result = _run(capsys, "concurrency", "--sandboxes", "6", "--commands", "3",

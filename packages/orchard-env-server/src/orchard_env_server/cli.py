@@ -134,6 +134,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     _bench_options(bench.add_parser("create", help="create → ready next to a bare docker run"),
                    runs=20)  # fmt: skip
+    _bench_options(
+        bench.add_parser("bridge", help="a service bridge's round trip next to a direct call"),
+        runs=200,
+    )
     concurrency = bench.add_parser(
         "concurrency", help="N sandboxes at once, M commands in each, then delete all"
     )
@@ -237,6 +241,9 @@ def _bench(args: argparse.Namespace) -> int:
     if args.bench == "create":
         results = bench.bench_create(args.url, args.backend, args.runs, args.image)
         show, plot = bench.print_create, bench.plot_create
+    elif args.bench == "bridge":
+        results = bench.bench_bridge(args.url, args.backend, args.runs, args.image)
+        show, plot = bench.print_bridge, bench.plot_bridge
     elif args.bench == "concurrency":
         results = bench.bench_concurrency(
             args.url, args.backend, args.sandboxes, args.commands, args.image,
