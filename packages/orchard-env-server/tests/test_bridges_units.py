@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator, Collection
 from typing import Any
 
@@ -14,6 +15,7 @@ from orchard_env_agent.bridges import HEADER_HEADERS, HEADER_REQUEST, HEADER_STA
 from orchard_env_server.bridges import (
     MAX_FORWARDS_PER_SANDBOX,
     BridgeRelay,
+    _ack_promptly,
     upstream_url,
     validate_bridges,
 )
@@ -244,3 +246,25 @@ async def test_non_ascii_upstream_headers_pass_as_sent():
         assert ["x-name", "caf\u00e9"] in sent
     finally:
         await relay.close()
+
+
+class _RecordingStream:
+    """An httpx network stream whose socket records its options (uvloop's is no
+    socket.socket, hence not one here either)."""
+
+    def __init__(self) -> None:
+        self.options: list[tuple[int, int, int]] = []
+
+    def get_extra_info(self, info: str) -> Any:
+        return self if info == "socket" else None
+
+    def setsockopt(self, level: int, name: int, value: int) -> None:
+        self.options.append((level, name, value))
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK"), reason="Linux only")
+def test_the_upstream_answer_is_acknowledged_at_once():
+    stream = _RecordingStream()
+    _ack_promptly(httpx.Response(200, extensions={"network_stream": stream}))
+    assert stream.options == [(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)]
+    _ack_promptly(httpx.Response(200))  # no connection (a mock transport): nothing done

@@ -18,6 +18,7 @@ import contextlib
 import functools
 import json
 import logging
+import socket
 import urllib.parse
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping
 from typing import Any
@@ -308,6 +309,7 @@ class BridgeRelay:
             detail = f"the bridge's upstream {upstream} did not answer: {exc!r}"
             await self._answer_error(record, request_id, 502, "upstream_unreachable", detail)
             return
+        _ack_promptly(response)
         try:
             raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw]
             answer = _end_to_end(raw, set())
@@ -354,6 +356,25 @@ class BridgeRelay:
             await stream.aread()
         finally:
             await stream.aclose()
+
+
+def _ack_promptly(response: httpx.Response) -> None:
+    """Have the kernel acknowledge the upstream's answer as it arrives, not 40 ms later.
+
+    On a kept-alive connection Linux delays ACKs (request/response "pingpong" mode). An
+    upstream that writes its head and body separately with Nagle on (Python's http.server
+    does) then holds the body until the head is acknowledged: every bridged request took
+    ~40 ms more than a direct one. TCP_QUICKACK sends the pending ACK now and leaves
+    pingpong mode for the rest of this answer; the next request re-enters it, hence per
+    answer. Linux only; elsewhere, or without a socket, nothing is done.
+    """
+    quickack: int | None = getattr(socket, "TCP_QUICKACK", None)
+    stream = response.extensions.get("network_stream")
+    # A socket.socket, or under uvloop (uvicorn's loop) a PseudoSocket: duck-typed.
+    sock: Any = stream.get_extra_info("socket") if stream is not None else None
+    if quickack is not None and hasattr(sock, "setsockopt"):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, quickack, 1)
 
 
 async def _read_at_most(stream: AgentStream, cap: int) -> bytes | None:
