@@ -72,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--limit", type=int, help="the first N tasks only")
     ev.add_argument("--trials", type=int, default=3, help="k: trials per task")
     ev.add_argument("--max-steps", type=int, default=30)
+    ev.add_argument("--judge-model", help="an LLM judge for the tasks' rubrics (optional)")
+    ev.add_argument("--judge-base-url", help="the judge's API root (default: --base-url)")
     ev.add_argument("--out", type=Path, required=True, help="run directory (resumable)")
     _add_service(ev)
 
@@ -143,6 +145,16 @@ def _model(args: argparse.Namespace) -> ModelConfig:
     return ModelConfig(model=args.model, base_url=args.base_url, api_key_env=args.api_key_env)
 
 
+def _judge(args: argparse.Namespace) -> ModelConfig | None:
+    if not args.judge_model:
+        return None
+    return ModelConfig(
+        model=args.judge_model,
+        base_url=args.judge_base_url or args.base_url,
+        api_key_env=args.api_key_env,
+    )
+
+
 async def _image(url: str, image: str | None, harness: str) -> str:
     if image:
         return image
@@ -172,6 +184,7 @@ def _cmd_eval(args: argparse.Namespace, console: Console) -> int:
             harness_config=HarnessConfig(max_steps=args.max_steps),
             trials=args.trials,
             concurrency=args.concurrency,
+            rubric_judge=_judge(args),
         )
         asyncio.run(_run(url, tasks, config, console, args.harness))
     trials = trials_of(read_jsonl(args.out / "trajectories.jsonl"), args.harness)

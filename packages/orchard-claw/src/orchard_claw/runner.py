@@ -38,6 +38,7 @@ from orchard_env_client.trajectory import (
 from .foreign_runner import ProxyHandle, bridges_for, run_foreign_episode
 from .harness import HARNESS_NAME, HarnessConfig, run_episode
 from .metrics import Trial, summarize
+from .rubric import rubric_grade
 from .tasks import ClawTask, check, seed_workspace, start_service
 
 __all__ = ["EvalConfig", "TrialDone", "evaluate", "summarise", "trials_of"]
@@ -62,6 +63,8 @@ class EvalConfig:
     memory: str = "2Gi"
     foreign_timeout_s: float = 600.0
     """Time limit of one foreign-harness run."""
+    rubric_judge: ModelConfig | None = None
+    """A judge model for the tasks' rubrics (:mod:`orchard_claw.rubric`); None: no judge."""
 
 
 @attrs.define(frozen=True)
@@ -145,6 +148,8 @@ async def run_trial(
                 )
             if not traj.metadata.exit_status.startswith("error"):
                 await _grade(sandbox, task, traj)
+                if config.rubric_judge is not None and task.rubric:
+                    await _judge(sandbox, task, traj, config.rubric_judge)
             return traj
     except Exception as exc:
         return error_trajectory(task, attempt, config, exc)
@@ -165,6 +170,21 @@ async def _grade(sandbox: AsyncSandbox, task: ClawTask, traj: Trajectory) -> Non
         "score": result.score,
         "details": list(result.details),
     }
+
+
+async def _judge(
+    sandbox: AsyncSandbox, task: ClawTask, traj: Trajectory, judge: ModelConfig
+) -> None:
+    """The rubric judge's word, kept beside the checker's (never the reward)."""
+    try:
+        verdict = await asyncio.wait_for(
+            rubric_grade(sandbox, task, traj.metadata.final_output, judge), GRADING_TIMEOUT_S
+        )
+    except Exception as exc:
+        traj.metadata.extra["rubric"] = {"error": f"{type(exc).__name__}: {exc}"}
+        return
+    if verdict is not None:
+        traj.metadata.extra["rubric"] = verdict.to_dict()
 
 
 def _latest(trajectories: Sequence[Trajectory]) -> dict[tuple[str, int], Trajectory]:
