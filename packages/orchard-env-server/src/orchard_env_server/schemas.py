@@ -73,13 +73,23 @@ def _no_nul(value: object, what: str) -> None:
         raise ValueError(f"{what} must not contain NUL bytes")
 
 
+# Declared in the schema (so clients and fuzzers know it) and checked by _reject_nul below,
+# which names the field in its error.
+_NO_NUL_SCHEMA = {"pattern": "^[^\\x00]*$"}
+_NoNul = Annotated[str, Field(json_schema_extra=_NO_NUL_SCHEMA)]
+
+
 class ExecRequest(_Strict):
     command: (
-        Annotated[str, StringConstraints(min_length=1)] | Annotated[list[str], Field(min_length=1)]
+        Annotated[str, StringConstraints(min_length=1), Field(json_schema_extra=_NO_NUL_SCHEMA)]
+        | Annotated[list[_NoNul], Field(min_length=1)]
     )
     timeout_seconds: Annotated[float, Field(gt=0, le=86400)] | None = 300
-    cwd: str | None = None
-    env: dict[str, str] | None = None
+    cwd: _NoNul | None = None
+    env: (
+        Annotated[dict[str, _NoNul], Field(json_schema_extra={"propertyNames": _NO_NUL_SCHEMA})]
+        | None
+    ) = None
     login_shell: bool | None = False
     wait: bool | None = False
     stdin: str | None = None
