@@ -22,7 +22,14 @@ from rich.console import Console
 
 from orchard_env_client import SandboxClient
 
-from .common import OwnServer, default_image, latency_table, machine_facts, percentiles, pyplot
+from .common import (
+    OwnServer,
+    default_image,
+    latency_table,
+    machine_facts,
+    percentiles,
+    plot_percentile_bars,
+)
 
 BRIDGE_PORT = 4000
 _BODY = b'{"ok": true}'
@@ -125,16 +132,5 @@ def print_bridge(results: dict[str, Any], out: Console | None = None) -> None:
 
 def plot_bridge(results: dict[str, Any], path: Path) -> None:
     """p50/p99 bars of the bridge next to the direct call, saved as PNG."""
-    plt = pyplot()
     present = [("orchard", "bridge"), ("baseline", "direct")]
-    fig, ax = plt.subplots(figsize=(6, 3.4), dpi=110)
-    for i, q in enumerate(("p50_ms", "p99_ms")):
-        xs = [j + (i - 0.5) * 0.35 for j in range(len(present))]
-        ax.bar(xs, [results[key][q] for key, _ in present], 0.35, label=q.split("_")[0])
-    ax.set_xticks(range(len(present)), [label for _, label in present])
-    ax.set_ylabel("ms")
-    ax.set_title(f"bridge round trip on {results['backend']}")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    plot_percentile_bars(results, present, path, title=f"bridge round trip on {results['backend']}")

@@ -172,3 +172,30 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def plot_percentile_bars(
+    results: dict[str, Any],
+    present: Sequence[tuple[str, str]],
+    path: Path,
+    *,
+    title: str,
+    ylabel: str = "ms",
+    quantiles: Sequence[str] = ("p50_ms", "p99_ms"),
+    width: float = 0.35,
+    figsize: tuple[float, float] = (6, 3.4),
+) -> None:
+    """Grouped bars of ``quantiles`` for each ``(results key, label)`` in ``present``, as PNG."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=figsize, dpi=110)
+    middle = (len(quantiles) - 1) / 2
+    for i, q in enumerate(quantiles):
+        xs = [j + (i - middle) * width for j in range(len(present))]
+        ax.bar(xs, [results[key][q] for key, _ in present], width, label=q.split("_")[0])
+    ax.set_xticks(range(len(present)), [label for _, label in present])
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

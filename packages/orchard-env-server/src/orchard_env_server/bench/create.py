@@ -18,7 +18,7 @@ from .common import (
     latency_table,
     machine_facts,
     percentiles,
-    pyplot,
+    plot_percentile_bars,
     time_calls,
 )
 
@@ -75,18 +75,7 @@ def print_create(results: dict[str, Any], out: Console | None = None) -> None:
 
 def plot_create(results: dict[str, Any], path: Path) -> None:
     """p50/p99 bars of create → ready next to the baseline, saved as PNG."""
-    plt = pyplot()
     present = [("orchard", "orchard")] + (
         [("baseline", "docker run --rm")] if "baseline" in results else []
     )
-    fig, ax = plt.subplots(figsize=(6, 3.4), dpi=110)
-    for i, q in enumerate(("p50_ms", "p99_ms")):
-        xs = [j + (i - 0.5) * 0.35 for j in range(len(present))]
-        ax.bar(xs, [results[key][q] for key, _ in present], 0.35, label=q.split("_")[0])
-    ax.set_xticks(range(len(present)), [label for _, label in present])
-    ax.set_ylabel("ms")
-    ax.set_title(f"create → ready on {results['backend']}")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    plot_percentile_bars(results, present, path, title=f"create → ready on {results['backend']}")

@@ -27,7 +27,7 @@ from .common import (
     default_image,
     latency_table,
     machine_facts,
-    pyplot,
+    plot_percentile_bars,
     time_interleaved,
 )
 from .common import time_calls as _time
@@ -215,20 +215,17 @@ def print_latency(results: dict[str, Any], out: Console | None = None) -> None:
 
 def plot_latency(results: dict[str, Any], path: Path) -> None:
     """A bar chart of p50/p90/p99 per path, saved as PNG."""
-    plt = pyplot()
     paths = [("orchard", "orchard SDK"), ("orchard_http", "orchard HTTP"),
              ("agent_direct", "agent direct"),
              ("baseline", results["baseline_name"].split(" <")[0].split("(")[0])]  # fmt: skip
     present = [(key, label) for key, label in paths if key in results]
-    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
-    width = 0.26
-    for i, q in enumerate(("p50_ms", "p90_ms", "p99_ms")):
-        xs = [j + (i - 1) * width for j in range(len(present))]
-        ax.bar(xs, [results[key][q] for key, _ in present], width, label=q.split("_")[0])
-    ax.set_xticks(range(len(present)), [label for _, label in present])
-    ax.set_ylabel("ms per command")
-    ax.set_title(f"exec round trip of {results['command']!r} on {results['backend']}")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    plot_percentile_bars(
+        results,
+        present,
+        path,
+        title=f"exec round trip of {results['command']!r} on {results['backend']}",
+        ylabel="ms per command",
+        quantiles=("p50_ms", "p90_ms", "p99_ms"),
+        width=0.26,
+        figsize=(7, 3.6),
+    )
