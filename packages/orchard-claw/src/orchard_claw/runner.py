@@ -187,14 +187,19 @@ async def _judge(
         traj.metadata.extra["rubric"] = verdict.to_dict()
 
 
-def _latest(trajectories: Sequence[Trajectory]) -> dict[tuple[str, int], Trajectory]:
-    return {(t.metadata.task_id, t.metadata.attempt): t for t in trajectories}
+def _latest(trajectories: Sequence[Trajectory], harness: str) -> dict[tuple[str, int], Trajectory]:
+    """The last line of each (task, trial) of ``harness``: a rerun replaces an errored one."""
+    return {
+        (t.metadata.task_id, t.metadata.attempt): t
+        for t in trajectories
+        if t.metadata.harness == harness
+    }
 
 
 def _done_keys(path: Path, harness: str) -> set[tuple[str, int]]:
     if not path.exists():
         return set()
-    latest = _latest([t for t in read_jsonl(path) if t.metadata.harness == harness])
+    latest = _latest(read_jsonl(path), harness)
     return {k for k, t in latest.items() if not t.metadata.exit_status.startswith("error")}
 
 
@@ -240,7 +245,10 @@ async def evaluate(
 def trials_of(trajectories: Sequence[Trajectory], harness: str) -> list[Trial]:
     """The graded trials of ``harness`` (the last line of each (task, trial)); an errored
     trial counts as a failure, never left out."""
-    latest = _latest([t for t in trajectories if t.metadata.harness == harness])
+    return _trials(_latest(trajectories, harness))
+
+
+def _trials(latest: dict[tuple[str, int], Trajectory]) -> list[Trial]:
     return [
         Trial(
             task_id=m.task_id,
@@ -257,12 +265,12 @@ def trials_of(trajectories: Sequence[Trajectory], harness: str) -> list[Trial]:
 def summarise(trajectories: Sequence[Trajectory], *, harness: str, k: int) -> dict[str, Any]:
     """The harness's row (pass@1, pass@k, pass^k with intervals, mean turns, tokens, wall
     time; see :func:`orchard_claw.metrics.summarize`), errors and exit statuses."""
-    latest = _latest([t for t in trajectories if t.metadata.harness == harness])
+    latest = _latest(trajectories, harness)
     statuses: dict[str, int] = {}
     for t in latest.values():
         key = t.metadata.exit_status.split(":", 1)[0]
         statuses[key] = statuses.get(key, 0) + 1
-    trials = trials_of(trajectories, harness)
+    trials = _trials(latest)
     return {
         "harness": harness,
         "k": k,
