@@ -22,6 +22,8 @@ command -v nsenter >/dev/null || need_apt+=(util-linux)
 [[ -x /usr/bin/chromium ]] || need_apt+=(chromium)
 [[ -d /usr/share/fonts/truetype/liberation ]] || need_apt+=(fonts-liberation)
 command -v debootstrap >/dev/null || need_apt+=(debootstrap)
+# The image store's pull tests run a real OCI registry (the CNCF distribution server).
+[[ -x /usr/bin/docker-registry ]] || need_apt+=(docker-registry)
 if ((${#need_apt[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "missing system packages: ${need_apt[*]} (run as root, or install them)" >&2

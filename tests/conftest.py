@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from orchard_env_client import Sandbox, SandboxClient
 from orchard_testing import IMAGES, RunningServer, require_backend, selected_backends
 
 # Every integration test runs once per backend. ORCHARD_TEST_BACKENDS narrows the set for
@@ -34,6 +35,15 @@ def server(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[R
     srv.start()
     yield srv
     srv.stop()
+
+
+@pytest.fixture(scope="module")
+def sandbox(server: RunningServer, image: str) -> Iterator[Sandbox]:
+    """One sandbox on the shared server for a module's tests (a module may define its own)."""
+    with SandboxClient(base_url=server.url) as client:
+        sbx = client.create_sandbox(image)
+        yield sbx
+        sbx.delete()
 
 
 @pytest.fixture

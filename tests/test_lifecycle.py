@@ -104,6 +104,17 @@ def test_idle_sandboxes_are_deleted_but_heartbeats_keep_them(server, image):
 
 
 def test_a_bad_image_fails_with_a_reason(server):
+    if server.backend == "local":  # the local backend knows at once: nothing is made
+        missing = f"{server.state_dir.parent}/no/such/rootfs"  # where test servers allow trees
+        answer = httpx.post(f"{server.url}/sandboxes", json={"image": missing})
+        assert answer.status_code == 404, answer.text
+        assert answer.json()["code"] == "image_not_found"
+        assert missing in answer.json()["detail"]
+        answer = httpx.post(f"{server.url}/sandboxes", json={"image": "no-such/image:1"})
+        assert answer.status_code == 404 and "orchard-env image pull" in answer.json()["detail"]
+        listed = httpx.get(f"{server.url}/sandboxes").text
+        assert "/no/such/rootfs" not in listed and "no-such/image" not in listed
+        return
     body = create_ready(server.url, {"image": "/no/such/rootfs"})
     assert body["status"] == "failed" and "no/such/rootfs" in body["error"]
 

@@ -12,7 +12,7 @@ import pytest
 from security.probing import HostSecret, planted_secrets
 
 from orchard_env_client import Sandbox, SandboxClient
-from orchard_testing import IMAGES, RunningServer, require_backend
+from orchard_testing import IMAGES, RunningServer, import_into_test_store, require_backend
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -22,10 +22,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A root filesystem image is the local backend's alone: other backends' items for it
-    are dropped (deselected, not skipped)."""
-    dropped = [item for item in items if _params(item).get("image") == "rootfs"
-               and _params(item).get("backend") != "local"]  # fmt: skip
+    """Root filesystem and image-store images are the local backend's alone: other
+    backends' items for them are dropped (deselected, not skipped)."""
+    dropped = [
+        item
+        for item in items
+        if _params(item).get("image") in ("rootfs", "stored")
+        and _params(item).get("backend") != "local"
+    ]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if item not in dropped]
@@ -36,16 +40,21 @@ def _params(item: pytest.Item) -> dict[str, object]:
     return dict(callspec.params) if callspec else {}
 
 
-@pytest.fixture(scope="session", params=["image", "rootfs"])
+@pytest.fixture(scope="session", params=["image", "rootfs", "stored"])
 def image(
     request: pytest.FixtureRequest, backend: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """The backend's test image; on the local backend also a root filesystem directory
-    (the Debian test image's, exported from the Docker engine) as well as the host's."""
+    (the Debian test image's, exported from the Docker engine) and the same image
+    imported into the test servers' shared image store, as well as the host's."""
     if request.param == "image":
         yield IMAGES[backend]
         return
     require_backend("docker")
+    if request.param == "stored":
+        import_into_test_store(IMAGES["docker"])
+        yield IMAGES["docker"]
+        return
     root = tmp_path_factory.mktemp("rootfs")
     container = subprocess.run(["docker", "create", IMAGES["docker"]], capture_output=True,
                                text=True, check=True, timeout=120).stdout.strip()  # fmt: skip

@@ -13,10 +13,14 @@ seccomp filter) and the kernel interfaces those must keep them from.
 from __future__ import annotations
 
 import os
+import secrets
 import stat
+import time
 
 import pytest
 from security.probing import run_probe, succeeded, unique
+
+from orchard_testing import only_backend
 
 pytestmark = [pytest.mark.integration, pytest.mark.security]
 
@@ -256,3 +260,48 @@ def test_a_sandbox_cannot_make_device_nodes_but_can_make_fifos(blocked_sandbox):
     assert result["fifo"] == "ok", "mkfifo must still work: the refusal is of devices only"
     made = {kind: outcome for kind, outcome in result["devices"].items() if outcome[:2] == "ok"}
     assert made == {}, result["devices"]
+
+
+def _host_process(argv: list[str], timeout: float = 30) -> int:
+    """The host pid of the one process whose command line is ``argv``."""
+    wanted = "\0".join(argv) + "\0"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline") as fh:
+                    if fh.read() == wanted:
+                        return int(pid)
+            except OSError:
+                continue
+        time.sleep(0.1)
+    raise AssertionError(f"no host process {argv}")
+
+
+def _environ(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as fh:
+        items = fh.read().decode(errors="replace").split("\0")
+    return dict(item.partition("=")[::2] for item in items if item)
+
+
+@only_backend("local")
+def test_the_command_env_never_reaches_the_host_side_helper(backend, client, image):
+    """orchard-enter runs as host root until it is inside the sandbox: a request's or an
+    image's ``LD_PRELOAD``/``GLIBC_TUNABLES`` in its own environment would run code as
+    host root through its loader or libc. It gets them prefixed, the command plain."""
+    marker = str(7_000_000 + secrets.randbelow(1_000_000))
+    env = {"LD_PRELOAD": "/nonexistent.so", "GLIBC_TUNABLES": "glibc.malloc.check=3"}
+    with client.create_sandbox(image) as sandbox:
+        job = sandbox.start(f"exec sleep {marker}", env=env)
+        try:
+            command = _host_process(["sleep", marker])
+            with open(f"/proc/{command}/status") as fh:
+                helper = int(next(x for x in fh if x.startswith("PPid:")).split()[1])
+            helper_env, command_env = _environ(helper), _environ(command)
+        finally:
+            job.cancel()
+    assert helper_env and all(name.startswith("ORCHARD_ENTER_ENV_") for name in helper_env)
+    assert helper_env["ORCHARD_ENTER_ENV_LD_PRELOAD"] == "/nonexistent.so"
+    assert command_env["LD_PRELOAD"] == "/nonexistent.so"
+    assert command_env["GLIBC_TUNABLES"] == "glibc.malloc.check=3"
+    assert not any(name.startswith("ORCHARD_ENTER_ENV_") for name in command_env)

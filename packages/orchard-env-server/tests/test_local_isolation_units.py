@@ -13,7 +13,6 @@ from orchard_env_server.backends.host_view import (
     curate_etc,
     host_view,
     prune_etc,
-    rootfs_view,
     skeleton,
 )
 from orchard_env_server.backends.uid_ranges import FIRST_UID, RANGE_SIZE, UidRanges
@@ -79,9 +78,10 @@ def test_the_host_view_shows_system_dirs_etc_and_extra_paths_only(tmp_path):
 def test_a_hidden_directory_under_a_bound_one_is_masked(tmp_path):
     (tmp_path / "root" / "state" / "orchard").mkdir(parents=True)
     (tmp_path / "root" / "bin").mkdir()
-    view = rootfs_view(tmp_path / "root", hide=[tmp_path / "root" / "state" / "orchard"])
-    assert ViewMount("/state/orchard", tmpfs=True) in view
-    assert ViewMount("/bin", source=tmp_path / "root" / "bin") in view
+    extra = tmp_path / "root"
+    view = host_view(tmp_path / "etc", [extra], hide=[extra / "state" / "orchard"])
+    assert ViewMount(str(extra / "state" / "orchard"), tmpfs=True) in view
+    assert ViewMount(str(extra), source=extra) in view
 
 
 def test_the_skeleton_has_the_views_links_and_mount_points(tmp_path):

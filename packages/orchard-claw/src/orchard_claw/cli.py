@@ -32,7 +32,7 @@ from orchard_env_client.trajectory import read_jsonl
 from .foreign import HARNESSES
 from .foreign_runner import recording_proxy
 from .harness import HARNESS_NAME, HarnessConfig
-from .images import default_image
+from .images import default_image, serve_args
 from .metrics import ComparisonTable, Trial, compare
 from .runner import EvalConfig, TrialDone, evaluate, trials_of
 from .scripted import reference_responder
@@ -175,7 +175,7 @@ def _cmd_tasks(args: argparse.Namespace, console: Console) -> int:
 
 def _cmd_eval(args: argparse.Namespace, console: Console) -> int:
     tasks = _load(args.tasks, args.limit)
-    with service(args.url, console.print, args.backend) as url:
+    with service(args.url, console.print, args.backend, serve_args(args.backend)) as url:
         config = EvalConfig(
             out_dir=args.out,
             model=_model(args),
@@ -245,7 +245,7 @@ def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
     errors: dict[str, int] = {}
     with (
         ScriptedModelServer() as llm,
-        service(args.url, console.print, args.backend) as url,
+        service(args.url, console.print, args.backend, serve_args(args.backend)) as url,
         _run_dir(args.out) as root,
     ):
         model = ModelConfig(model="scripted-reference", base_url=llm.base_url, max_retries=0)

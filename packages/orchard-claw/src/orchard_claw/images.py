@@ -6,7 +6,7 @@ import os
 
 from .foreign import HARNESS_IMAGE, HARNESS_ROOTFS
 
-__all__ = ["default_image", "harnesses_rootfs"]
+__all__ = ["default_image", "harnesses_rootfs", "serve_args"]
 
 ROOTFS_ENV = "ORCHARD_HARNESSES_ROOTFS"
 
@@ -15,6 +15,15 @@ def harnesses_rootfs() -> str:
     """The harnesses image as a root filesystem directory for the local backend
     (``$ORCHARD_HARNESSES_ROOTFS``, else where ``infra/images/build`` puts it)."""
     return os.environ.get(ROOTFS_ENV) or HARNESS_ROOTFS
+
+
+def serve_args(backend: str) -> list[str]:
+    """What a local service started for the harnesses needs: leave to run their root
+    filesystem directory (a server names no such directory unless its operator says so)."""
+    parent = os.path.dirname(os.path.abspath(harnesses_rootfs()))
+    if backend != "local" or not os.path.isdir(parent):
+        return []
+    return ["--local-rootfs-dir", parent]
 
 
 def default_image(backend: str | None, harness: str) -> str:

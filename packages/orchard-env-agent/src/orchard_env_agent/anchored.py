@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 _SYS_OPENAT2 = 437  # the same number on x86_64 and aarch64
+_RESOLVE_NO_XDEV = 0x01
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_IN_ROOT = 0x10
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -34,10 +35,13 @@ class _OpenHow(ctypes.Structure):
                 ("resolve", ctypes.c_uint64)]  # fmt: skip
 
 
-def open_at(anchor: int, path: str, flags: int, mode: int = 0o644) -> int:
-    """An fd for ``path`` resolved inside ``anchor`` (see the module doc)."""
-    how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0,
-                   _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)  # fmt: skip
+def open_at(
+    anchor: int, path: str, flags: int, mode: int = 0o644, *, same_mount: bool = False
+) -> int:
+    """An fd for ``path`` resolved inside ``anchor`` (see the module doc); with
+    ``same_mount``, never through a mount point (``EXDEV``)."""
+    resolve = _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS | (_RESOLVE_NO_XDEV if same_mount else 0)
+    how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, resolve)
     fd = _libc.syscall(_SYS_OPENAT2, anchor, os.fsencode(path or "."), ctypes.byref(how),
                        ctypes.sizeof(how))  # fmt: skip
     if fd < 0:
@@ -127,11 +131,41 @@ def write_file(anchor: int, path: str, data: bytes) -> int:
     return len(data)
 
 
-def open_file(anchor: int, path: str) -> IO[bytes]:
-    fd = open_at(anchor, path, os.O_RDONLY)
-    if stat.S_ISDIR(os.fstat(fd).st_mode):
-        os.close(fd)
+class NotAFile(OSError):
+    """A FIFO, socket or device where a regular file was asked for: opening it could block
+    (a FIFO), wake a writer waiting on it, or never end (``/dev/zero``)."""
+
+
+def _require_regular(mode: int, path: str) -> None:
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
         raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+    raise NotAFile(errno.EINVAL, f"is a {_kind(mode)}, not a regular file", path)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "special file"
+
+
+def open_file(anchor: int, path: str) -> IO[bytes]:
+    """A regular file opened for reading; its type is checked before it is opened (an
+    O_PATH fd opens nothing) and again after (the sandbox may swap it meanwhile)."""
+    probe = open_at(anchor, path, os.O_PATH)
+    try:
+        _require_regular(os.fstat(probe).st_mode, path)
+    finally:
+        os.close(probe)
+    fd = open_at(anchor, path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        _require_regular(os.fstat(fd).st_mode, path)
+    except BaseException:
+        os.close(fd)
+        raise
     return os.fdopen(fd, "rb")
 
 

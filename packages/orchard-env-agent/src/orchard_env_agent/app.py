@@ -279,6 +279,7 @@ class Agent:
             mounts=mounts,
             cgroup_procs=body.get("cgroup_procs", []),
             owner=tuple(body["owner"]) if "owner" in body else None,
+            user=tuple(body["user"]) if "user" in body else None,
         )
         self.registry.add(ctx)
         return JSONResponse({"sandbox_id": ctx.sandbox_id, "status": "registered"}, 201)

@@ -34,6 +34,9 @@ class SandboxContext:
     # acts as them, so what it writes belongs to the sandbox and it can do no more than
     # an unprivileged host user could.
     owner: tuple[int, int] | None = None
+    # Who commands run as inside an isolated local sandbox, (uid, gid) there: its image's
+    # User. None is the sandbox's root.
+    user: tuple[int, int] | None = None
     jobs: JobStore = field(init=False)
     _bridges: Bridges | None = field(default=None, init=False)
     _has_bash: bool | None = field(default=None, init=False)
@@ -107,6 +110,26 @@ class Registry:
         return next(iter(self.sandboxes.values()))
 
 
+DEFAULT_WORKDIR = "/workspace"
+
+
+def _image_workdir() -> str:
+    """The agent's cwd (the image's WORKDIR); for an image with none, ``/workspace``.
+
+    That is where the public Orchard Env service runs every command, so its users' code
+    (``cwd="/workspace"``, relative paths) works on images such as ``python:3.11-slim``.
+    Made if missing; ``/`` when it cannot be (a non-root image user).
+    """
+    cwd = os.getcwd()
+    if cwd != "/":
+        return cwd
+    try:
+        os.makedirs(DEFAULT_WORKDIR, exist_ok=True)
+    except OSError:
+        return cwd
+    return DEFAULT_WORKDIR
+
+
 def single_context(sandbox_id: str, token: str) -> SandboxContext:
     env = {
         k: v
@@ -114,7 +137,7 @@ def single_context(sandbox_id: str, token: str) -> SandboxContext:
         if k not in ("ORCHARD_AGENT_TOKEN", "ORCHARD_AGENT_TOKEN_FILE", "ORCHARD_AGENT_ADMIN_TOKEN")
     }
     env.setdefault("PATH", DEFAULT_PATH)
-    workdir = os.environ.get("ORCHARD_WORKDIR") or os.getcwd()
+    workdir = os.environ.get("ORCHARD_WORKDIR") or _image_workdir()
     return SandboxContext(
         sandbox_id=sandbox_id,
         token=token,

@@ -76,8 +76,9 @@ def start_job(
         helper = enter.helper()
         if helper is None:
             return _fail(job, ctx, None, NO_HELPER)
-        argv = enter.enter_argv(helper, ctx.holder_pid, workdir, cgroup_procs, argv)
+        argv = enter.enter_argv(helper, ctx.holder_pid, workdir, cgroup_procs, argv, user=ctx.user)
         cgroup_procs = []  # the helper joins them
+        full_env = enter.helper_env(full_env)
     else:
         probe = workdir
         popen_cwd = workdir

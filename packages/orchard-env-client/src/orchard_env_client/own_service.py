@@ -14,7 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import httpx
 
@@ -33,8 +33,11 @@ def answers(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def started(backend: str = "local", say: Say | None = None) -> Iterator[str]:
-    """A new ``orchard-env serve --backend BACKEND`` for the block; yields its URL."""
+def started(
+    backend: str = "local", say: Say | None = None, serve_args: Sequence[str] = ()
+) -> Iterator[str]:
+    """A new ``orchard-env serve --backend BACKEND [SERVE_ARGS]`` for the block; yields
+    its URL."""
     exe = shutil.which("orchard-env")
     if exe is None:
         raise RuntimeError("no Orchard Env service given, and `orchard-env` is not installed")
@@ -48,7 +51,7 @@ def started(backend: str = "local", say: Say | None = None) -> Iterator[str]:
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 [exe, "serve", "--backend", backend, "--port", str(port),
-                 "--state-dir", f"{state}/s"],
+                 "--state-dir", f"{state}/s", *serve_args],
                 stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
         own = f"http://127.0.0.1:{port}"
@@ -73,12 +76,15 @@ def started(backend: str = "local", say: Say | None = None) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def service(url: str, say: Say | None = None, backend: str = "local") -> Iterator[str]:
-    """The service at ``url``, or a temporary one on ``backend`` when nothing answers there."""
+def service(
+    url: str, say: Say | None = None, backend: str = "local", serve_args: Sequence[str] = ()
+) -> Iterator[str]:
+    """The service at ``url``, or a temporary one on ``backend`` (``orchard-env serve``
+    given ``serve_args`` too) when nothing answers there."""
     if answers(url):
         yield url
         return
     if say is not None:
         say(f"no service at {url}")
-    with started(backend, say) as own:
+    with started(backend, say, serve_args) as own:
         yield own

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from . import cost
 from .backends import BACKENDS
-from .settings import Settings, parse_api_keys
+from .images import cli as image_cli
+from .log_redaction import redact_handlers
+from .settings import Settings, parse_api_keys, parse_mirrors
 
 
 def _bench_options(parser: argparse.ArgumentParser, runs: int | None) -> None:
@@ -44,6 +46,53 @@ def _parser() -> argparse.ArgumentParser:
         help="local backend: bubblewrap (the default; auto is the same) refuses to start "
         "without it; none runs commands UNISOLATED on this host (trusted code only)",
     )
+    images = serve.add_argument_group("local backend images (see docs/images.md)")
+    images.add_argument(
+        "--image-pull",
+        default=None,
+        choices=["missing", "never"],
+        help="pull an image a create names that the image store lacks (missing, the "
+        "default) or refuse the create (never)",
+    )
+    images.add_argument(
+        "--image-store",
+        type=Path,
+        default=None,
+        help="the image store's directory (default: STATE_DIR/image-store; servers may share one)",
+    )
+    images.add_argument(
+        "--registry-mirror",
+        action="append",
+        default=None,
+        metavar="REGISTRY=URL",
+        help="pull REGISTRY's images from URL instead (repeatable), e.g. "
+        "docker.io=http://127.0.0.1:5000",
+    )
+    images.add_argument(
+        "--insecure-registry",
+        action="append",
+        default=None,
+        metavar="HOST",
+        help="a registry reached over plain http (repeatable)",
+    )
+    images.add_argument(
+        "--pull-registry",
+        action="append",
+        default=None,
+        dest="pull_registries",
+        metavar="HOST",
+        help="a registry a create request may pull from (repeatable; replaces the default "
+        "docker.io, ghcr.io, quay.io, registry.k8s.io, public.ecr.aws, mcr.microsoft.com; "
+        "--insecure-registry and --registry-mirror registries count too)",
+    )
+    images.add_argument(
+        "--pull-timeout",
+        type=float,
+        default=None,
+        dest="pull_timeout_s",
+        metavar="S",
+        help="a create's pull fails after this many seconds (default 1800)",
+    )
     docker = serve.add_argument_group("docker backend")
     docker.add_argument(
         "--docker-host", default=None, help="engine address (default: $DOCKER_HOST)"
@@ -70,6 +119,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR", help="local backend: also show this host directory, read-only, in every "
         "sandbox of image host (repeatable)",
     )  # fmt: skip
+    serve.add_argument(
+        "--local-rootfs-dir",
+        dest="local_rootfs_dirs",
+        type=Path,
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="local backend: let creates name root filesystem directories or archives by "
+        "absolute path under this host directory (repeatable; default: none, store images "
+        "and host only; $ORCHARD_ENV_LOCAL_ROOTFS_DIRS, comma-separated)",
+    )
     kube = serve.add_argument_group("kubernetes backend")
     kube.add_argument(
         "--kubeconfig", type=Path, default=None,
@@ -155,6 +215,7 @@ def _parser() -> argparse.ArgumentParser:
         help="commands in flight across all sandboxes (default: one per sandbox)",
     )  # fmt: skip
     cost.add_parser(sub)
+    image_cli.add_parser(sub)
     serve.add_argument(
         "--access-log", action="store_true", help="one JSON line per request (request id, ms)"
     )
@@ -192,6 +253,7 @@ def serve(args: argparse.Namespace) -> int:
         "pids_limit": args.pids_limit,
         "memory_default": _memory_default(args.memory_default),
         "local_host_paths": args.local_host_paths,
+        "local_rootfs_dirs": args.local_rootfs_dirs,
         "kubeconfig": args.kubeconfig,
         "namespace": args.namespace,
         "image_pull_policy": args.image_pull_policy,
@@ -199,15 +261,30 @@ def serve(args: argparse.Namespace) -> int:
         "runtime_class": args.runtime_class,
         "bridge_allowed_upstreams": args.bridge_allowed_upstreams,
         "bridge_max_request_bytes": args.bridge_max_request_bytes,
+        "image_pull": args.image_pull,
+        "image_store": args.image_store,
+        "insecure_registries": args.insecure_registry,
+        "pull_registries": args.pull_registries,
+        "pull_timeout_s": args.pull_timeout_s,
     }
+    if args.registry_mirror is not None:
+        try:
+            overrides["registry_mirrors"] = parse_mirrors(args.registry_mirror)
+        except ValueError as exc:
+            raise SystemExit(f"orchard-env serve: --registry-mirror: {exc}") from None
     if args.api_keys is not None:
         overrides["api_keys"] = parse_api_keys(args.api_keys)
-    settings = Settings.from_env(**overrides)
+    try:
+        settings = Settings.from_env(**overrides)
+    except ValueError as exc:  # a bad value from a flag or ORCHARD_ENV_* variable
+        raise SystemExit(f"orchard-env serve: {exc}") from None
     raise_open_file_limit()  # a connection per client and per busy sandbox agent
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    for noisy in ("httpx", "httpcore"):  # one line per agent call would cost more than the call
+    log_format = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=args.log_level.upper(), format=log_format)
+    redact_handlers(log_format)  # uvicorn's lines too: they propagate here (log_config=None)
+    # One line per agent call would cost more than the call, and at debug level these log
+    # the agent's token in their request headers.
+    for noisy in ("httpx", "httpcore", "websockets"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     access = logging.getLogger("orchard_env_server.access")
     access.setLevel(logging.INFO if args.access_log else logging.WARNING)
@@ -219,6 +296,7 @@ def serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         log_level=args.log_level,
+        log_config=None,  # our root handler and its redaction, not uvicorn's own handlers
         access_log=False,
         # Longer than any client's keep-alive expiry (httpx: 5 s): the client always closes
         # an idle connection first, so a request never races the server's close of it (a
@@ -277,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
         return _bench(args)
     if args.command == "cost":
         return cost.run(args)
+    if args.command == "image":
+        return image_cli.run(args)
     return 2
 
 

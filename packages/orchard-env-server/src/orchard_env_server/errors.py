@@ -66,6 +66,19 @@ def backend_unavailable(detail: str) -> ApiError:
     return ApiError(503, "backend_unavailable", detail, {"Retry-After": "2"})
 
 
+_IMAGE_ERRORS = {
+    "not_found": (404, "image_not_found"),
+    "pull_failed": (502, "image_pull_failed"),
+    "invalid": (400, "invalid_image"),
+}
+
+
+def image_unavailable(reason: str, detail: str) -> ApiError:
+    """A create whose image cannot be had (see ``backends.base.ImageUnavailable``)."""
+    status, code = _IMAGE_ERRORS.get(reason, (400, "invalid_image"))
+    return ApiError(status, code, detail)
+
+
 def error_response(
     status: int, code: str, detail: str, headers: dict[str, str] | None = None
 ) -> JSONResponse:
@@ -94,6 +107,40 @@ def _describe_validation(exc: RequestValidationError) -> str:
     return "invalid request: " + "; ".join(parts)
 
 
+def _too_long_path(exc: RequestValidationError) -> bool:
+    """Whether a sandbox file path over the schema's length is what failed."""
+    errors = exc.errors()
+    return bool(errors) and all(
+        err.get("type") == "string_too_long" and tuple(err.get("loc", ()))[-1:] == ("path",)
+        for err in errors
+    )
+
+
+_CONSTRAINTS = {"string_pattern_mismatch", "string_too_long", "too_long"}
+
+
+def _bridge_errors(exc: RequestValidationError) -> str | None:
+    """What is wrong with a create's ``bridges``, when that is all that is (the schema's
+    port and URL rules): a 400 ``invalid_bridge`` like the checks ``bridges.py`` makes."""
+    errors = exc.errors()
+    said: list[str] = []
+    for err in errors:
+        loc = tuple(err.get("loc", ()))
+        if loc[:2] != ("body", "bridges") or err.get("type") not in _CONSTRAINTS:
+            return None
+        if len(loc) == 2:
+            said.append("at most 16 bridges")
+        elif loc[-1] == "[key]":
+            said.append(f"bridge port {str(loc[2])[:20]!r} is not a port number (1..65535)")
+        else:
+            said.append(
+                f"bridge {loc[2]}: the upstream must be an http or https URL of at most 2048 "
+                "characters, its host a name, an IPv4 or a bracketed IPv6 address, without "
+                "credentials, query, fragment or . and .. segments (nor escapes of them)"
+            )
+    return "; ".join(said[:5]) if said else None
+
+
 def _allowed_methods(request: Request) -> str:
     """Every method the API serves at this path. Starlette's 405 names only the methods
     of the first route that matched the path, but FastAPI has one route per method (GET
@@ -116,6 +163,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_validation(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
+        if _too_long_path(exc):  # what the agent answers for a path the kernel refuses
+            return error_response(400, "invalid_path", _describe_validation(exc))
+        bridges = _bridge_errors(exc)
+        if bridges is not None:
+            return error_response(400, "invalid_bridge", bridges)
         return error_response(422, "invalid_body", _describe_validation(exc))
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:

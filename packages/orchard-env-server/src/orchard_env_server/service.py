@@ -12,12 +12,13 @@ from typing import Any
 
 from . import metrics
 from .agent_client import AgentClient
-from .backends.base import Backend, BackendError, BackendUnavailable
+from .backends.base import Backend, BackendError, BackendUnavailable, ImageUnavailable
 from .bridges import BridgeRelay, validate_bridges
 from .errors import (
     ApiError,
     backend_unavailable,
     conflict,
+    image_unavailable,
     overloaded,
     quota_exceeded,
     sandbox_not_found,
@@ -183,11 +184,13 @@ class SandboxService:
         try:
             async with record.lock:
                 await self.backend.create(record)
-        except BackendUnavailable as exc:
+        except (BackendUnavailable, ImageUnavailable) as exc:
             self._records.pop(sandbox_id, None)
             metrics.SANDBOXES.set(len(self._records))
             with contextlib.suppress(Exception):
                 await self.backend.delete(record)
+            if isinstance(exc, ImageUnavailable):
+                raise image_unavailable(exc.reason, str(exc)) from None
             raise backend_unavailable(f"cannot create sandboxes now: {exc}") from None
         except BackendError as exc:
             record.mark("failed", str(exc))

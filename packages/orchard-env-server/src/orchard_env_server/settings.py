@@ -34,6 +34,29 @@ def parse_api_keys(raw: str | None) -> dict[str, str]:
     return keys
 
 
+# Registries a create request may make the local backend pull from (the operator's own
+# `orchard-env image pull` may pull from any).
+DEFAULT_PULL_REGISTRIES = (
+    "docker.io",
+    "ghcr.io",
+    "quay.io",
+    "registry.k8s.io",
+    "public.ecr.aws",
+    "mcr.microsoft.com",
+)
+
+
+def parse_mirrors(items: list[str]) -> dict[str, str]:
+    """``REGISTRY=URL`` items (``docker.io=http://127.0.0.1:5000``) as a mapping."""
+    mirrors: dict[str, str] = {}
+    for item in items:
+        registry, sep, url = item.strip().partition("=")
+        if not sep or not registry or not url.startswith(("http://", "https://")):
+            raise ValueError(f"invalid registry mirror {item!r}: expected REGISTRY=http(s)://HOST")
+        mirrors[registry] = url.rstrip("/")
+    return mirrors
+
+
 @attrs.define
 class Settings:
     """Everything the service needs to know at start."""
@@ -66,9 +89,26 @@ class Settings:
     # namespace's LimitRange). None: no cap but the machine's.
     memory_default: str | None = "4Gi"
     local_host_paths: list[Path] = attrs.Factory(list)  # extra host dirs shown read-only
+    # Host dirs under which a create may name a root filesystem directory or archive by
+    # absolute path (none by default: such a tree is id-mapped onto the sandbox's root, so
+    # only an operator may decide which host trees tenants can run).
+    local_rootfs_dirs: list[Path] = attrs.Factory(list)
     # Machine-wide claims of local sandboxes' host uid ranges (shared by every orchestrator).
     local_uid_registry: Path = Path("/run/orchard-env/uid-ranges")
     docker_network: str = "bridge"  # for sandboxes with block_network=false
+    # Local backend's image store: pull an image a create names that the store lacks
+    # ("missing") or refuse it ("never"); registries to pull from instead of another
+    # (``{"docker.io": "http://127.0.0.1:5000"}``); registry hosts reached over plain http.
+    image_pull: str = "missing"
+    image_store: Path | None = None  # default: <state_dir>/image-store; servers may share one
+    registry_mirrors: dict[str, str] = attrs.Factory(dict)
+    insecure_registries: list[str] = attrs.Factory(list)
+    # Registries a create request may pull from; those of ``insecure_registries`` and
+    # ``registry_mirrors`` count too (the operator named them). Others are refused before
+    # any connection: an operator pulls such images beforehand (`orchard-env image pull`).
+    pull_registries: list[str] = attrs.Factory(lambda: list(DEFAULT_PULL_REGISTRIES))
+    # A create's pull fails when it takes longer.
+    pull_timeout_s: float = attrs.field(default=1800.0, validator=attrs.validators.gt(0))
     # Service bridges: upstream URL prefixes a sandbox's bridges may point under (empty:
     # any http or https URL), and the cap on one bridged request's body.
     bridge_allowed_upstreams: list[str] = attrs.Factory(list)
@@ -79,6 +119,11 @@ class Settings:
     image_pull_policy: str = "IfNotPresent"  # of sandbox and injector images
     orchestrator_id: str | None = None  # labels sandboxes with their creator; default hostname
     runtime_class: str | None = None  # sandbox pods' runtimeClassName (gVisor, Kata)
+
+    @property
+    def image_store_dir(self) -> Path:
+        """Where the local backend's image store lives."""
+        return self.image_store or self.state_dir / "image-store"
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -101,7 +146,25 @@ class Settings:
             values["bridge_max_request_bytes"] = int(
                 os.environ["ORCHARD_ENV_BRIDGE_MAX_REQUEST_BYTES"]
             )
+        if os.environ.get("ORCHARD_ENV_LOCAL_ROOTFS_DIRS"):
+            raw = os.environ["ORCHARD_ENV_LOCAL_ROOTFS_DIRS"].split(",")
+            values["local_rootfs_dirs"] = [Path(p.strip()) for p in raw if p.strip()]
+        if os.environ.get("ORCHARD_ENV_IMAGE_STORE"):
+            values["image_store"] = Path(os.environ["ORCHARD_ENV_IMAGE_STORE"])
+        if os.environ.get("ORCHARD_ENV_REGISTRY_MIRRORS"):
+            values["registry_mirrors"] = parse_mirrors(
+                os.environ["ORCHARD_ENV_REGISTRY_MIRRORS"].split(",")
+            )
+        if os.environ.get("ORCHARD_ENV_INSECURE_REGISTRIES"):
+            raw = os.environ["ORCHARD_ENV_INSECURE_REGISTRIES"].split(",")
+            values["insecure_registries"] = [h.strip() for h in raw if h.strip()]
+        if os.environ.get("ORCHARD_ENV_PULL_REGISTRIES"):
+            raw = os.environ["ORCHARD_ENV_PULL_REGISTRIES"].split(",")
+            values["pull_registries"] = [h.strip() for h in raw if h.strip()]
+        if os.environ.get("ORCHARD_ENV_PULL_TIMEOUT"):
+            values["pull_timeout_s"] = float(os.environ["ORCHARD_ENV_PULL_TIMEOUT"])
         for name, env in (
+            ("image_pull", "ORCHARD_ENV_IMAGE_PULL"),
             ("kubeconfig", "ORCHARD_ENV_KUBECONFIG"),
             ("namespace", "ORCHARD_ENV_NAMESPACE"),
             ("image_pull_policy", "ORCHARD_ENV_IMAGE_PULL_POLICY"),

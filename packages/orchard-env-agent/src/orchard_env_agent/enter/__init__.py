@@ -20,7 +20,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 log = logging.getLogger("orchard_env_agent.enter")
@@ -88,9 +88,35 @@ def helper() -> str | None:
     return str(target)
 
 
+ENV_PREFIX = "ORCHARD_ENTER_ENV_"
+
+
+def helper_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The helper's environment for a command's ``env``: every name prefixed, nothing
+    else. The helper runs as host root until it is inside the sandbox, so no variable of a
+    tenant's or an image's (``LD_PRELOAD``, ``GLIBC_TUNABLES``) may reach its loader or
+    libc; it strips the prefix for the command alone (see orchard_enter.c)."""
+    return {ENV_PREFIX + name: value for name, value in env.items()}
+
+
 def enter_argv(
-    helper_path: str, holder_pid: int, cwd: str, cgroup_procs: Sequence[str], argv: Sequence[str]
+    helper_path: str,
+    holder_pid: int,
+    cwd: str,
+    cgroup_procs: Sequence[str],
+    argv: Sequence[str],
+    user: tuple[int, int] | None = None,
 ) -> list[str]:
-    """``argv`` run by the helper inside the holder's sandbox, in ``cwd``, in its cgroups."""
-    return [helper_path, str(holder_pid), cwd, str(len(cgroup_procs)), *cgroup_procs, "--",
-            *argv]  # fmt: skip
+    """``argv`` run by the helper inside the holder's sandbox, in ``cwd``, in its cgroups,
+    as ``user`` (uid, gid inside the sandbox; default its root)."""
+    as_user = ["--user", f"{user[0]}:{user[1]}"] if user is not None and user != (0, 0) else []
+    return [
+        helper_path,
+        *as_user,
+        str(holder_pid),
+        cwd,
+        str(len(cgroup_procs)),
+        *cgroup_procs,
+        "--",
+        *argv,
+    ]

@@ -1,7 +1,7 @@
 /*
  * orchard-enter: start a command inside a local sandbox in one small exec.
  *
- *   orchard-enter HOLDER_PID CWD N CGROUP_PROCS_1 .. CGROUP_PROCS_N -- ARGV...
+ *   orchard-enter [--user UID:GID] HOLDER_PID CWD N CGROUP_PROCS_1 .. CGROUP_PROCS_N -- ARGV...
  *   orchard-enter --seccomp-bpf      (writes the sandbox's seccomp program to stdout)
  *   orchard-enter --stage DIR UID SOURCE_1 .. SOURCE_N -- BWRAP ARGV...
  *
@@ -24,6 +24,16 @@
  *
  * A holder without a user namespace of its own (a sandbox made before they existed) is
  * refused: entering it would give the command the host's root.
+ *
+ * --user runs ARGV as that uid and gid of the sandbox (its image's User) instead of its
+ * root: after the namespaces are joined it takes GID as its only group and becomes UID,
+ * which drops every capability.
+ *
+ * The command's environment arrives with every name prefixed (ORCHARD_ENTER_ENV_PATH=...),
+ * and the helper runs with nothing else: this program runs as host root before it enters
+ * the sandbox, so neither the dynamic loader (LD_PRELOAD, LD_LIBRARY_PATH), nor glibc
+ * (GLIBC_TUNABLES, MALLOC_*), nor anything else in it may act on what a tenant or an
+ * image set. The prefixes are stripped only for the command's exec.
  *
  * Exit codes of its own: 125 (it could not enter the sandbox), 126 (ARGV[0] is not
  * executable), 127 (not found), each with a message on stderr.
@@ -437,13 +447,43 @@ static int stage(int argc, char **argv) {
     return 125;
 }
 
+#define ENV_PREFIX "ORCHARD_ENTER_ENV_"
+
+/* The command's environment: the prefixed entries of ours, unprefixed; nothing else. */
+static char **command_environment(void) {
+    extern char **environ;
+    size_t n = 0, kept = 0, prefix = strlen(ENV_PREFIX);
+    while (environ[n] != NULL)
+        n++;
+    char **out = calloc(n + 1, sizeof(char *));
+    if (out == NULL)
+        die("cannot allocate", "the environment");
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], ENV_PREFIX, prefix) == 0 && environ[i][prefix] != '=')
+            out[kept++] = environ[i] + prefix;
+    return out;
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "--seccomp-bpf") == 0)
         return print_filter();
     if (argc > 1 && strcmp(argv[1], "--stage") == 0)
         return stage(argc, argv);
+    long as_uid = 0, as_gid = 0;
+    if (argc > 2 && strcmp(argv[1], "--user") == 0) {
+        char *end;
+        as_uid = strtol(argv[2], &end, 10);
+        if (*end != ':' || as_uid < 0 || as_uid > 65535)
+            return fprintf(stderr, "orchard-enter: malformed --user %s\n", argv[2]), 125;
+        as_gid = strtol(end + 1, &end, 10);
+        if (*end != '\0' || as_gid < 0 || as_gid > 65535)
+            return fprintf(stderr, "orchard-enter: malformed --user %s\n", argv[2]), 125;
+        argc -= 2;
+        argv += 2;
+    }
     if (argc < 6) {
-        fprintf(stderr, "usage: orchard-enter HOLDER_PID CWD N CGROUP_PROCS... -- ARGV...\n");
+        fprintf(stderr, "usage: orchard-enter [--user UID:GID] HOLDER_PID CWD N "
+                        "CGROUP_PROCS... -- ARGV...\n");
         return 125;
     }
     const char *holder = argv[1], *cwd = argv[2];
@@ -486,6 +526,12 @@ int main(int argc, char **argv) {
     if (setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0)
         die("cannot become the sandbox's root in", holder);
     keep_only_container_caps();
+    if (as_uid != 0 || as_gid != 0) {
+        gid_t group = (gid_t)as_gid;
+        if (setgroups(1, &group) != 0 || setresgid(group, group, group) != 0 ||
+            setresuid((uid_t)as_uid, (uid_t)as_uid, (uid_t)as_uid) != 0)
+            die("cannot become the image's user in", holder);
+    }
     if (chdir(cwd) != 0)
         die("cannot change to", cwd);
     lock_down();
@@ -493,7 +539,10 @@ int main(int argc, char **argv) {
     pid_t child = fork();
     if (child < 0)
         die("cannot fork in", holder);
+    char **command_env = command_environment();
     if (child == 0) {
+        extern char **environ;
+        environ = command_env; /* execvp searches the command's PATH */
         execvp(command[0], command);
         int code = (errno == ENOENT || errno == ENOTDIR) ? 127 : 126;
         fprintf(stderr, "%s: %s\n", command[0],

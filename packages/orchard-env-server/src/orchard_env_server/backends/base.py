@@ -16,6 +16,19 @@ class BackendUnavailable(BackendError):
     request is refused with 503 and changes nothing; retrying later is safe."""
 
 
+class ImageUnavailable(BackendError):
+    """The image a create names cannot be had: the create is refused (nothing is made).
+
+    ``reason`` is ``not_found`` (no such image: not stored, and the registry has none or
+    pulling is off), ``pull_failed`` (the registry could not be reached or answered
+    wrongly) or ``invalid`` (the reference itself is malformed).
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
 RESTART_LOSS = "the sandbox died while the orchestrator was down and was cleaned up on restart"
 
 

@@ -8,8 +8,8 @@ For the image ``host`` the view is minimal: the host's ``/usr`` and the ``/bin``
 and ``/lib*`` entries, read-only; a curated copy of ``/etc`` (see ``curate_etc``); nothing
 of ``/root``, ``/home``, ``/run``, ``/var``, ``/srv``, ``/mnt``, ``/media``, ``/opt``, the
 orchestrator's state or any other sandbox. Extra host paths come only from the server's
-``--local-host-path`` setting, read-only. A root filesystem directory (or unpacked archive)
-is shown whole, read-only.
+``--local-host-path`` setting, read-only. Any other image gets a writable root of its own
+(``image_roots``), not a view.
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ import attrs
 
 # Top-level host entries the image ``host`` shows (directories read-only, or symlinks).
 HOST_SYSTEM_ENTRIES = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
-# Entries a root filesystem image does not show as they are: the sandbox gets its own.
-_OWN = {"proc", "dev", "sys", "tmp", "workspace"}
 # Names under /etc that are never shown, even when world-readable: credentials, host keys,
 # the machine's identity and container/cluster configuration of the host.
 _ETC_NEVER = {
@@ -70,20 +68,6 @@ def host_view(etc: Path, extra_paths: Sequence[Path], hide: Iterable[Path]) -> l
             view.append(ViewMount(f"/{name}", source=source))
     view.append(ViewMount("/etc", source=etc))
     view += [ViewMount(str(p), source=p) for p in extra_paths]
-    return view + _masks(view, hide)
-
-
-def rootfs_view(root: Path, hide: Iterable[Path]) -> list[ViewMount]:
-    """A root filesystem image: each top-level entry of ``root`` as it is, read-only."""
-    view: list[ViewMount] = []
-    for entry in sorted(os.listdir(root)):
-        if entry in _OWN:
-            continue
-        source = root / entry
-        if source.is_symlink():
-            view.append(ViewMount(f"/{entry}", symlink=os.readlink(source)))
-        else:
-            view.append(ViewMount(f"/{entry}", source=source))
     return view + _masks(view, hide)
 
 

@@ -12,37 +12,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
+import fcntl
 import logging
 import os
 import secrets
 import shutil
 import subprocess
-import tarfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from orchard_env_agent import enter
+import attrs
 
+from orchard_env_agent import anchored, enter
+
+from ..images.files import remove_tree
 from ..quantities import parse_cpu, parse_memory
 from ..records import AgentEndpoint, SandboxRecord, load_record, save_record
 from ..settings import Settings
-from .base import RESTART_LOSS, BackendError, SandboxRegistry
+from .base import RESTART_LOSS, BackendError, ImageUnavailable, SandboxRegistry
 from .bubblewrap import HolderSpec, bwrap_path, bwrap_usable, start_holder
 from .cgroups import Cgroups, Limits
 from .egress import egress_available, start_egress
 from .host_view import (
+    RESOLV_NONE,
     RESOLV_SLIRP,
     ViewMount,
     curate_etc,
     host_view,
     prune_etc,
-    rootfs_view,
     skeleton,
 )
+from .image_roots import ImageRoots
 from .local_agent import LocalAgent
+from .local_images import ImageSource, LocalImages, run_as
 from .processes import is_alive, kill_and_wait, start_time
 from .uid_ranges import NoFreeRange, UidRanges
 
@@ -72,7 +76,11 @@ class LocalBackend:
         self._settings = settings
         self._state = settings.state_dir.resolve()
         self._sandboxes = self._state / "sandboxes"
-        self._images = self._state / "images"
+        self._image_sources = LocalImages(settings, self._state)
+        self._roots = ImageRoots()
+        # A shared flock on each image tree a live sandbox stands on: `image prune` leaves
+        # locked trees alone (see images.store).
+        self._tree_locks: dict[str, int] = {}
         self._empty = self._state / "empty"
         self._host_etc = self._state / "host-etc"  # the current curated /etc (see start)
         self._host_root = self._state / "host-root"  # the file API's view of "/" (image host)
@@ -99,7 +107,7 @@ class LocalBackend:
 
     # -- start / stop ---------------------------------------------------------------
     async def start(self) -> list[SandboxRecord]:
-        for d in (self._sandboxes, self._images, self._empty):
+        for d in (self._sandboxes, self._empty):
             d.mkdir(parents=True, exist_ok=True)
         self._state.chmod(0o700)
         if self._settings.memory_default:
@@ -116,6 +124,7 @@ class LocalBackend:
                     f"--local-host-path {path}: shadows what the sandbox's view already "
                     f"holds (/, {', '.join(map(str, sorted(_RESERVED)))})"
                 )
+        self._image_sources.rootfs_dirs.check()
         if self._settings.isolation == "none":
             self.isolated, self._why_not = False, "isolation turned off (--isolation none)"
             log.warning(
@@ -178,6 +187,7 @@ class LocalBackend:
             shutil.rmtree(self._host_root, ignore_errors=True)
             skeleton(self._host_view(), self._host_root)
             self._resolv.write_text(RESOLV_SLIRP)
+            self._roots.probe(self._state)
             if os.geteuid() == 0:
                 self._uids = UidRanges(self._settings.local_uid_registry)
                 self._uids.prepare()
@@ -198,10 +208,12 @@ class LocalBackend:
             alive = record is not None and self._holder_alive(record)
             if alive and record is not None and self._unhardened(record):
                 alive, why = False, "it was made without a user namespace by an older version"
+            elif alive and record is not None and not self._image_allowed(record.image):
+                alive, why = False, f"its image {record.image!r} is not allowed any more"
             if not alive:
                 log.info("cleaning up sandbox %s left by an earlier run (%s)", path.name, why)
                 await self._kill_holder(record)
-                await asyncio.to_thread(shutil.rmtree, path, True)
+                await self._remove_home(path)
                 if record is not None:
                     self._release_uids(record)
                     record.mark("failed", f"{RESTART_LOSS} ({why})")
@@ -211,6 +223,9 @@ class LocalBackend:
             if not await asyncio.to_thread(self._keep_uids, record, path):
                 log.warning("sandbox %s: its uid range is claimed by another live sandbox "
                             "now", record.sandbox_id)  # fmt: skip
+            if record.backend_state.get("run_as") is not None:
+                with contextlib.suppress(OSError):  # a tree pruned meanwhile: nothing to hold
+                    self._hold_tree(record.sandbox_id, Path(record.backend_state["image_tree"]))
             if record.agent is not None:
                 record.agent.base_url = self._agent.base_url
             if record.sandbox_id in known:
@@ -219,6 +234,11 @@ class LocalBackend:
                 await self._register(record)
             found.append(record)
         return found
+
+    def _image_allowed(self, image: str) -> bool:
+        """Whether a sandbox of an earlier run may keep its image under today's settings
+        (a root filesystem path outside every ``--local-rootfs-dir`` may not)."""
+        return not image.startswith("/") or self._image_sources.rootfs_dirs.permits(image)
 
     def _keep_uids(self, record: SandboxRecord, home: Path) -> bool:
         uid = record.backend_state.get("uid")
@@ -236,8 +256,8 @@ class LocalBackend:
         if delete_sandboxes:
             for path in list(self._sandboxes.iterdir()):
                 record = load_record(path)
-                if record is None:
-                    await asyncio.to_thread(shutil.rmtree, path, True)
+                if record is None:  # half made: its mounts may be there
+                    await self._remove_home(path)
                 else:
                     await self.delete(record)
             await self._agent.stop()
@@ -245,10 +265,24 @@ class LocalBackend:
                 await asyncio.to_thread(self._cgroups.close)
         await self._agent.aclose()
         self._spawner.shutdown(wait=False)
+        self._image_sources.rootfs_dirs.close()
 
     # -- create / ready / delete ----------------------------------------------------
     async def create(self, record: SandboxRecord) -> None:
-        root = await self._root_for(record.image)
+        source = await self._image_sources.source(record.image)
+        try:
+            await self._create(record, source)
+        finally:
+            source.close()
+
+    async def _create(self, record: SandboxRecord, source: ImageSource) -> None:
+        if not self.isolated and not source.is_host:
+            raise ImageUnavailable(
+                "invalid",
+                "this server runs unisolated (--isolation none): its sandboxes see the host "
+                "itself, so only the image 'host' can be honoured",
+            )
+        root = source.path
         if self.isolated and not record.block_network and not self._egress:
             raise BackendError(
                 f"this sandbox asks for a network (block_network=false) but {self._why_no_egress}"
@@ -272,10 +306,15 @@ class LocalBackend:
                 raise BackendError(str(exc)) from exc
         try:
             await self._prepare_home(record, state.get("uid"))
-            state["etc"] = str(self._host_etc)
-            view = (
-                self._host_view(record) if root == Path("/") else rootfs_view(root, [self._state])
-            )
+            if source.is_host:
+                state["etc"] = str(self._host_etc)
+                view = self._host_view(record)
+            else:
+                # The thread gets a copy of the tree's fd: a create cancelled meanwhile
+                # closes the source's while the thread may still be using its own.
+                tree_fd = os.dup(source.fd) if source.fd is not None else None
+                root = await asyncio.to_thread(self._make_root, record, source, tree_fd)
+                view = [ViewMount("/", source=root, writable=True)]
             spec = HolderSpec(
                 sandbox_id=record.sandbox_id,
                 bwrap=self._bwrap,
@@ -283,13 +322,14 @@ class LocalBackend:
                 workspace=home / "workspace",
                 tmp=home / "tmp",
                 seccomp=self._seccomp,
-                resolv_conf=None if record.block_network else self._resolv_target(root),
+                resolv_conf=None if record.block_network or not source.is_host else self._resolv,
                 uid=state.get("uid"),
                 enter=self._enter,
                 stage=self._stage,
             )
             holder = await self._spawn(start_holder, spec, lambda h: [h.pid, h.monitor_pid])
         except BaseException:
+            await asyncio.to_thread(self._roots.remove, home)
             self._release_uids(record)
             raise
         state.update(
@@ -340,12 +380,38 @@ class LocalBackend:
         etc = Path(record.backend_state.get("etc") or self._host_etc) if record else self._host_etc
         return host_view(etc, self._settings.local_host_paths, [self._state])
 
-    def _resolv_target(self, root: Path) -> Path | None:
-        """slirp's resolver over the view's /etc/resolv.conf, where there is a file to cover."""
-        if root == Path("/"):
-            return self._resolv
-        target = root / "etc" / "resolv.conf"
-        return self._resolv if target.is_file() and not target.is_symlink() else None
+    def _make_root(self, record: SandboxRecord, source: ImageSource, tree_fd: int | None) -> Path:
+        """The sandbox's own writable root over an image tree (``image_roots``), with the
+        files a container engine puts there: ``/etc/hosts``, ``hostname``, ``resolv.conf``
+        (blocking)."""
+        home = self._sandboxes / record.sandbox_id
+        state = record.backend_state
+        first_uid: int | None = state.get("uid")
+        try:
+            root = self._roots.make(home, source.path, first_uid, tree_fd)
+        except OSError as exc:
+            raise BackendError(f"cannot make the sandbox's root filesystem: {exc}") from exc
+        finally:
+            if tree_fd is not None:
+                os.close(tree_fd)
+        state.update(root=str(root), image_tree=str(source.path), root_mode=self._roots.mode)
+        owner = (first_uid, first_uid) if first_uid is not None else None
+        files = {
+            "etc/hosts": f"127.0.0.1\tlocalhost {record.sandbox_id[:63]}\n::1\tlocalhost\n",
+            "etc/hostname": f"{record.sandbox_id[:63]}\n",
+            "etc/resolv.conf": RESOLV_NONE if record.block_network else RESOLV_SLIRP,
+        }
+        try:
+            _write_inside(root, files, owner)
+        except OSError as exc:
+            raise BackendError(f"cannot prepare the sandbox's /etc: {exc}") from exc
+        if source.image is not None:
+            self._hold_tree(record.sandbox_id, source.path)
+            how = run_as(source.path, source.image.config, record.sandbox_id)
+            state["run_as"] = attrs.asdict(how)
+            if first_uid is not None and (how.uid, how.gid) != (0, 0):
+                os.chown(home / "workspace", first_uid + how.uid, first_uid + how.gid)
+        return root
 
     async def _spawn(self, start: Callable[[A], R], arg: A, pids: Callable[[R], list[int]]) -> R:
         """Start a holder or its slirp4netns off the loop. A create cancelled meanwhile (a
@@ -396,8 +462,29 @@ class LocalBackend:
         await self._kill_holder(record)
         if record.backend_state.get("cgroup_procs"):
             await asyncio.to_thread(self._cgroups.remove, record.sandbox_id)
-        await asyncio.to_thread(shutil.rmtree, self._sandboxes / record.sandbox_id, True)
+        await self._remove_home(self._sandboxes / record.sandbox_id)
         self._release_uids(record)
+        self._release_tree(record.sandbox_id)
+
+    def _hold_tree(self, sandbox_id: str, tree: Path) -> None:
+        if sandbox_id in self._tree_locks:
+            return
+        fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        self._tree_locks[sandbox_id] = fd
+
+    def _release_tree(self, sandbox_id: str) -> None:
+        fd = self._tree_locks.pop(sandbox_id, None)
+        if fd is not None:
+            os.close(fd)
+
+    async def _remove_home(self, home: Path) -> None:
+        """A sandbox's directory, its root's mounts first (see ``image_roots``)."""
+        try:
+            await asyncio.to_thread(self._roots.remove, home)
+        except OSError as exc:
+            log.warning("cannot unmount the root of %s: %s", home.name, exc)
+        await asyncio.to_thread(remove_tree, home)
 
     async def check(self, record: SandboxRecord) -> str | None:
         if not self._agent.alive():
@@ -533,17 +620,22 @@ class LocalBackend:
                 {"path": workspace, "host_path": workspace, "writable": True},
             ]
             holder = None
-        env = {
-            "PATH": _PATH,
-            "HOME": workspace,
-            "LANG": "C.UTF-8",
-            "TERM": "xterm-256color",
-            "TMPDIR": tmp_path,
-            "HOSTNAME": record.sandbox_id,
-            **record.env,
-        }
-        workdir = record.workdir or workspace
-        return {
+        how: dict[str, Any] | None = record.backend_state.get("run_as")
+        if how is not None:  # a stored image: Docker's rules (``local_images.run_as``)
+            env = {**how["env"], **record.env}
+            workdir = record.workdir or how["workdir"]
+        else:
+            env = {
+                "PATH": _PATH,
+                "HOME": workspace,
+                "LANG": "C.UTF-8",
+                "TERM": "xterm-256color",
+                "TMPDIR": tmp_path,
+                "HOSTNAME": record.sandbox_id,
+                **record.env,
+            }
+            workdir = record.workdir or workspace
+        context = {
             "sandbox_id": record.sandbox_id,
             "token": record.agent.token if record.agent else "",
             "env": env,
@@ -553,13 +645,15 @@ class LocalBackend:
             "cgroup_procs": record.backend_state.get("cgroup_procs", []),
             "owner": owner,
         }
+        if how is not None and (how["uid"], how["gid"]) != (0, 0):
+            context["user"] = [how["uid"], how["gid"]]
+        return context
 
     def _file_api_mounts(self, record: SandboxRecord, root: Path) -> list[dict[str, Any]]:
         """The sandbox's view as the agent's file API walks it (see ``host_view``)."""
-        if root == Path("/"):
-            view, top = self._host_view(record), self._host_root
-        else:
-            view, top = [m for m in rootfs_view(root, [self._state]) if m.tmpfs], root
+        if root != Path("/"):  # the sandbox's own writable root (``_make_root``)
+            return [{"path": "/", "host_path": str(root), "writable": True}]
+        view, top = self._host_view(record), self._host_root
         mounts: list[dict[str, Any]] = [{"path": "/", "host_path": str(top), "writable": False}]
         for m in view:
             if m.tmpfs:
@@ -572,35 +666,21 @@ class LocalBackend:
         await self._agent.admin("POST", "/_admin/sandboxes", self._context(record))
         self._registered.add(record.sandbox_id)
 
-    async def _root_for(self, image: str) -> Path:
-        """``host`` is the machine's own root; otherwise a rootfs directory or archive."""
-        if image == "host":
-            return Path("/")
-        path = Path(image)
-        if not path.is_absolute() or not path.exists():
-            raise BackendError(
-                f"local backend: image {image!r} is neither 'host' nor an absolute path to "
-                "a root filesystem directory or a .tar/.tar.gz archive"
-            )
-        if path.is_dir():
-            return path
-        return await asyncio.to_thread(self._unpack_image, path)
 
-    def _unpack_image(self, archive: Path) -> Path:
-        st = archive.stat()
-        key = hashlib.sha256(f"{archive}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
-        target = self._images / key
-        if target.is_dir():
-            return target
-        partial = self._images / f".{key}.{secrets.token_hex(4)}"
-        try:
-            with tarfile.open(archive) as tar:
-                tar.extractall(partial, filter="tar")
-        except (OSError, tarfile.TarError) as exc:
-            shutil.rmtree(partial, ignore_errors=True)
-            raise BackendError(f"cannot unpack image archive {archive}: {exc}") from exc
-        try:
-            partial.rename(target)
-        except OSError:
-            shutil.rmtree(partial, ignore_errors=True)  # another create won the race
-        return target
+def _write_inside(root: Path, files: dict[str, str], owner: tuple[int, int] | None) -> None:
+    """Write ``files`` (paths relative to ``root``) resolved inside ``root``: an image's
+    links cannot lead these writes out of it. They belong to ``owner`` when given."""
+    anchor = os.open(root, os.O_PATH | os.O_DIRECTORY)
+    try:
+        for path, text in files.items():
+            os.close(anchored.ensure_dir(anchor, os.path.dirname(path)))
+            anchored.write_file(anchor, path, text.encode())
+            if owner is not None:
+                fd = anchored.open_at(anchor, path, os.O_RDONLY | os.O_NOFOLLOW)
+                try:
+                    os.fchown(fd, *owner)
+                    os.fchmod(fd, 0o644)
+                finally:
+                    os.close(fd)
+    finally:
+        os.close(anchor)

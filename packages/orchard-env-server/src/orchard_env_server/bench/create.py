@@ -26,7 +26,9 @@ from .common import (
 def bench_create(
     url: str | None, backend: str, runs: int, image: str | None = None
 ) -> dict[str, Any]:
-    """Orchard's create → first command, and ``docker run --rm`` on Docker/Kubernetes images."""
+    """Orchard's create → first command, and ``docker run --rm`` of the same image: always
+    on Docker and Kubernetes, and on the local backend for an image of its image store
+    (a reference such as ``python:3.11-slim``, which the Docker engine must hold too)."""
     image = default_image(backend, image)
     own = None if url else OwnServer(backend)
     base = url or own.url  # type: ignore[union-attr]
@@ -46,7 +48,7 @@ def bench_create(
         if own:
             own.close()
     results["orchard"] = percentiles(samples)
-    if backend in ("docker", "kubernetes"):
+    if backend in ("docker", "kubernetes") or _stored_image(image):
         results["baseline"] = time_calls(
             "docker run --rm",
             runs,
@@ -59,6 +61,11 @@ def bench_create(
         results["baseline_name"] = "docker run --rm <image> true"
         results["ratio_p50"] = results["orchard"]["p50_ms"] / results["baseline"]["p50_ms"]
     return results
+
+
+def _stored_image(image: str) -> bool:
+    """A local-backend image that is a registry reference, not ``host`` or a directory."""
+    return image != "host" and not image.startswith("/")
 
 
 def print_create(results: dict[str, Any], out: Console | None = None) -> None:
