@@ -30,6 +30,8 @@ def sid(server, image):
         {"image": "host", "timeout": -1},
         {"image": "host", "memory": "lots"},
         {"image": "host", "env": {"K": 1}},
+        {"image": "host", "env": {"A=B": "x"}},  # exec(2) could take no such name
+        {"image": "host", "env": {"": "x"}},
         {"image": 5},
         {"image": "host", "block_network": 0},  # no coercion: 0 is not a boolean
         {"image": "host", "timeout": "60"},
@@ -46,7 +48,8 @@ def test_invalid_create_bodies_are_422(server, body):
 @pytest.mark.parametrize(
     "body",
     [{}, {"command": ""}, {"command": []}, {"command": "true", "bogus": 1},
-     {"command": "true", "timeout_seconds": 0}, {"command": 12}, {"command": "true", "wait": 1}],
+     {"command": "true", "timeout_seconds": 0}, {"command": 12}, {"command": "true", "wait": 1},
+     {"command": "true", "env": {"A=B": "x"}}, {"command": "true", "env": {"": "x"}}],
 )  # fmt: skip
 def test_invalid_exec_bodies_are_422(server, sid, body):
     response = httpx.post(f"{server.url}/sandboxes/{sid}/exec", json=body)

@@ -11,17 +11,7 @@ import websockets
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from orchard_env_client import SandboxClient
-
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def sandbox(server, image):
-    with SandboxClient(base_url=server.url) as client:
-        sbx = client.create_sandbox(image)
-        yield sbx
-        sbx.delete()
 
 
 def test_an_http_server_inside_a_network_blocked_sandbox_is_reachable(server, sandbox):

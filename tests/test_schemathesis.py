@@ -68,11 +68,24 @@ _TIMED_BODIES = {  # path: the largest valid timeout_seconds
 # Paths that exist in the shared sandbox, for the file routes' ``?path=``.
 FUZZ_PATHS = ("/workspace/fuzz.txt", "/workspace", "/workspace/sub/")
 _PORT_PREFIX = "/sandboxes/{sandbox_id}/ports/"
-# 400/413 codes that describe the sandbox's state, not the request's form.
+# 400/413 codes that describe the sandbox's state, not the request's form; invalid_path,
+# for the file system's limits the schema cannot state (a name over 255 bytes, a path of
+# 4096 bytes in fewer characters); and invalid_image, for what an image string means,
+# which is the backend's (a store reference, "host", a path under an allowed directory).
 STATE_ERROR_CODES = {
-    "is_a_directory", "not_a_directory", "path_escape", "permission_denied", "read_only",
-    "io_error", "invalid_archive", "too_large",
-}  # fmt: skip
+    "is_a_directory",
+    "not_a_directory",
+    "not_a_file",
+    "path_escape",
+    "permission_denied",
+    "read_only",
+    "no_space",
+    "io_error",
+    "invalid_archive",
+    "too_large",
+    "invalid_path",
+    "invalid_image",
+}
 
 
 @attrs.frozen

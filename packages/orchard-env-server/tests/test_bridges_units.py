@@ -10,6 +10,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from orchard_env_agent.bridges import HEADER_HEADERS, HEADER_REQUEST, HEADER_STATUS
 from orchard_env_server.bridges import (
@@ -21,6 +23,7 @@ from orchard_env_server.bridges import (
 )
 from orchard_env_server.errors import ApiError
 from orchard_env_server.records import AgentEndpoint, SandboxRecord
+from orchard_env_server.schemas import CreateSandboxRequest
 from orchard_env_server.settings import Settings
 
 
@@ -268,3 +271,21 @@ def test_the_upstream_answer_is_acknowledged_at_once():
     _ack_promptly(httpx.Response(200, extensions={"network_stream": stream}))
     assert stream.options == [(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)]
     _ack_promptly(httpx.Response(200))  # no connection (a mock transport): nothing done
+
+
+_BRIDGES_SCHEMA = CreateSandboxRequest.model_json_schema()["properties"]["bridges"]["anyOf"][0]
+_PORT_PATTERN, _URL_SCHEMA = next(iter(_BRIDGES_SCHEMA["patternProperties"].items()))
+
+
+@settings(max_examples=300, suppress_health_check=list(HealthCheck))
+@given(
+    port=st.from_regex(_PORT_PATTERN, fullmatch=True),
+    url=st.from_regex(_URL_SCHEMA["pattern"], fullmatch=True).filter(
+        lambda u: len(u) <= _URL_SCHEMA["maxLength"]
+    ),
+)
+def test_what_the_schema_allows_the_bridge_checks_accept(port: str, url: str) -> None:
+    """The OpenAPI schema's bridge rules are no wider than ``validate_bridges``: a client
+    that validates against the schema is never refused for a bridge's form."""
+    request = CreateSandboxRequest.model_validate({"image": "x", "bridges": {port: url}})
+    assert validate_bridges(request.bridges, [], set()) == {str(int(port)): url}

@@ -1,177 +1,126 @@
-"""WS /exec/pty: an interactive terminal relayed over a WebSocket (binary frames)."""
+"""WS /exec/pty: an interactive terminal over a WebSocket, in one of two protocols.
+
+Ours: the query names the command (``command``: run by the shell; none: a login shell),
+``cwd``, ``cols`` and ``rows``; binary frames carry input and output both ways; a text
+frame is a JSON ``{"type": "resize", "cols", "rows"}`` or else input; the socket closes
+with the reason ``exit <code>``.
+
+The public Orchard Env SDK's: JSON text frames, see ``pty_json``; its first frame is an
+``init``.
+
+The first client frame decides. A query naming any of our parameters is ours at once; else
+the agent waits up to DECIDE_S for a first frame before it starts our shell (for a client
+that waits for the prompt before typing), and an ``init`` that arrives later still switches
+to the JSON protocol: the shell, which has seen no input, is killed.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
-import os
-import pty as _pty
-import shlex
-import signal
-import struct
-import subprocess
-import termios
-from collections.abc import Callable
+from collections.abc import MutableMapping
+from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from . import enter
-from .context import DEFAULT_PATH, SandboxContext
-from .process import REAPER, ExitInfo, join_cgroups
-from .runner import NO_HELPER
+from .context import SandboxContext
+from .pty_json import init_frame, run_json_pty
+from .terminal import StartError, Terminal, terminal_env, window
 
+DECIDE_S = 0.5
+_OUR_QUERY = ("command", "cwd", "cols", "rows")
+_GONE = (WebSocketDisconnect, RuntimeError, OSError)
 
-def _set_size(fd: int, cols: int, rows: int) -> None:
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-
-
-def _child_setup(cgroup_procs: list[str]) -> Callable[[], None]:
-    join = join_cgroups(cgroup_procs)
-
-    def setup() -> None:  # runs in the child, after setsid()
-        if join is not None:
-            join()
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-    return setup
-
-
-def _int(value: str | None, default: int) -> int:
-    try:
-        return max(1, min(int(value or default), 10000))
-    except ValueError:
-        return default
+Message = MutableMapping[str, Any]
 
 
 async def run_pty(ctx: SandboxContext, ws: WebSocket) -> None:
+    await ws.accept()
+    first: asyncio.Future[Message] = asyncio.ensure_future(ws.receive())
+    try:
+        ours = any(name in ws.query_params for name in _OUR_QUERY)
+        if not ours:
+            await asyncio.wait({first}, timeout=DECIDE_S)
+        if first.done() and _message(first).get("type") == "websocket.disconnect":
+            return
+        init = init_frame(_message(first)) if first.done() and not ours else None
+        if init is None:
+            init = await _run_binary(ctx, ws, first, may_switch=not ours)
+        if init is not None:
+            await run_json_pty(ctx, ws, init)
+    finally:
+        first.cancel()
+
+
+def _message(first: asyncio.Future[Message]) -> Message:
+    """The first frame (done); a failed receive counts as a disconnect."""
+    if first.cancelled() or first.exception() is not None:
+        return {"type": "websocket.disconnect"}
+    return first.result()
+
+
+async def _run_binary(
+    ctx: SandboxContext, ws: WebSocket, first: asyncio.Future[Message], *, may_switch: bool
+) -> dict[str, Any] | None:
+    """Our protocol; the ``init`` of a JSON client whose first frame came late, if so."""
     q = ws.query_params
     command = q.get("command")
-    cols, rows = _int(q.get("cols"), 80), _int(q.get("rows"), 24)
+    cols, rows = window(q.get("cols"), 80), window(q.get("rows"), 24)
     shell = "bash" if ctx.has_bash else "sh"
     argv = [shell, "-c", command] if command else [shell, "-l"]
     cwd = q.get("cwd") or ctx.workdir or "/"
-    env = dict(ctx.env)
-    env.setdefault("PATH", DEFAULT_PATH)
-    env.setdefault("TERM", "xterm-256color")
-    popen_cwd: str | None = cwd
-    cgroup_procs = ctx.cgroup_procs
-    if ctx.holder_pid is not None:
-        helper = enter.helper()
-        if helper is None:
-            await ws.accept()
-            await ws.send_bytes(f"{NO_HELPER}\r\n".encode())
-            await ws.close(code=1011)
-            return
-        argv = enter.enter_argv(helper, ctx.holder_pid, cwd, cgroup_procs, argv)
-        popen_cwd, cgroup_procs = None, []  # the helper joins them
-    master, slave = _pty.openpty()
-    _set_size(master, cols, rows)
-    await ws.accept()
     try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            cwd=popen_cwd,
-            env=env,
-            start_new_session=True,
-            preexec_fn=_child_setup(cgroup_procs),
-            close_fds=True,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        os.close(master)
-        os.close(slave)
-        await ws.send_bytes(f"cannot start {shlex.join(argv)}: {exc}\r\n".encode())
-        await ws.close(code=1011)
-        return
-    os.close(slave)
-    os.set_blocking(master, False)
-    loop = asyncio.get_running_loop()
-    out: asyncio.Queue[bytes | None] = asyncio.Queue()
-    exited: asyncio.Future[ExitInfo] = loop.create_future()
-
-    def on_exit(info: ExitInfo) -> None:
-        proc.returncode = info.returncode if info.returncode is not None else -1
-        if not exited.done():
-            exited.set_result(info)
-
-    REAPER.track(proc.pid, on_exit)
-    reading = True
-
-    def on_readable() -> None:
-        nonlocal reading
-        try:
-            data = os.read(master, 65536)
-        except BlockingIOError:
-            return
-        except OSError:  # EIO: every slave fd is closed
-            data = b""
-        if data:
-            out.put_nowait(data)
-        else:
-            loop.remove_reader(master)
-            reading = False
-            out.put_nowait(None)
-
-    loop.add_reader(master, on_readable)
+        term = Terminal.start(ctx, argv, cwd=cwd, env=terminal_env(ctx), cols=cols, rows=rows)
+    except StartError as exc:
+        with contextlib.suppress(*_GONE):
+            await ws.send_bytes(f"{exc}\r\n".encode())
+            await ws.close(code=1011)
+        return None
+    late_init: dict[str, Any] | None = None
 
     async def pump_out() -> None:
-        while True:
-            data = await out.get()
-            if data is None:
-                return
-            await ws.send_bytes(data)
-
-    async def write_master(data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            try:
-                n = os.write(master, view)
-                view = view[n:]
-            except BlockingIOError:
-                await asyncio.sleep(0.005)
+        with contextlib.suppress(*_GONE):
+            while (data := await term.output.get()) is not None:
+                await ws.send_bytes(data)
 
     async def pump_in() -> None:
-        while True:
-            msg = await ws.receive()
-            if msg["type"] == "websocket.disconnect":
+        nonlocal late_init
+        with contextlib.suppress(*_GONE):
+            message = await first
+            if may_switch and (late_init := init_frame(message)) is not None:
                 return
-            if msg.get("bytes") is not None:
-                await write_master(msg["bytes"])
-            elif msg.get("text") is not None:
-                text = msg["text"]
-                try:
-                    obj = json.loads(text)
-                except ValueError:
-                    obj = None
-                if isinstance(obj, dict) and obj.get("type") == "resize":
-                    _set_size(
-                        master, _int(str(obj.get("cols")), cols), _int(str(obj.get("rows")), rows)
-                    )
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGWINCH)
-                else:
-                    await write_master(text.encode())
+            while message["type"] != "websocket.disconnect":
+                if message.get("bytes") is not None:
+                    await term.write(message["bytes"])
+                elif message.get("text") is not None:
+                    await _text_frame(term, message["text"], cols, rows)
+                message = await ws.receive()
 
     out_task = asyncio.ensure_future(pump_out())
     in_task = asyncio.ensure_future(pump_in())
     try:
         await asyncio.wait({out_task, in_task}, return_when=asyncio.FIRST_COMPLETED)
-    except (WebSocketDisconnect, RuntimeError):
-        pass
     finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        for t in (out_task, in_task):
-            t.cancel()
-        if reading:
-            loop.remove_reader(master)
-        os.close(master)
-    code = None
-    with contextlib.suppress(asyncio.TimeoutError):
-        code = (await asyncio.wait_for(exited, 2)).returncode
-    with contextlib.suppress(Exception):
+        for task in (out_task, in_task):
+            task.cancel()
+        term.close()
+    if late_init is not None:
+        return late_init
+    info = await term.exit_info(2)
+    code = info.returncode if info is not None else None
+    with contextlib.suppress(*_GONE):
         await ws.close(code=1000, reason=f"exit {code}")
+    return None
+
+
+async def _text_frame(term: Terminal, text: str, cols: int, rows: int) -> None:
+    """A JSON resize, or else input typed as text."""
+    try:
+        frame = json.loads(text)
+    except ValueError:
+        frame = None
+    if isinstance(frame, dict) and frame.get("type") == "resize":
+        term.resize(window(frame.get("cols"), cols), window(frame.get("rows"), rows))
+    else:
+        await term.write(text.encode())

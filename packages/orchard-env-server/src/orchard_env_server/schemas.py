@@ -14,6 +14,42 @@ SandboxId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9-]{1,40}$")]
 SandboxStatus = Literal["pending", "ready", "failed", "terminated"]
 JobStatus = Literal["queued", "running", "succeeded", "failed"]
 
+# Environment variables: a name is not empty and holds no "=" nor NUL, a value no NUL
+# (what exec(2) can take); no other keys (the schema says so, for clients and fuzzers).
+EnvVars = Annotated[
+    dict[
+        Annotated[str, StringConstraints(pattern=r"^[^=\x00]+$")],
+        # Declared here, checked with a clearer message by the models' _reject_nul.
+        Annotated[str, Field(json_schema_extra={"pattern": "^[^\\x00]*$"})],
+    ],
+    Field(json_schema_extra={"additionalProperties": False}),
+]
+
+# A service bridge's sandbox port, 1..65535, as a JSON key.
+_PORT = r"(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
+BridgePort = Annotated[str, StringConstraints(pattern=rf"^{_PORT}$")]
+# A percent escape that cannot decode to ".", "/", "\" or "%" (so no dot segment either).
+_ESCAPE = r"%([0-13-46-9A-Fa-f][0-9A-Fa-f]|2[0-46-9A-Da-d]|5[0-9ABD-Fabd-f])"
+_URL_CHAR = rf"([A-Za-z0-9_~!$&'()*+,;=:@-]|{_ESCAPE})"  # of a path, besides "."
+_PATH_SEGMENT = rf"({_URL_CHAR}|[.]{_URL_CHAR}|[.][.]({_URL_CHAR}|[.]))({_URL_CHAR}|[.])*"
+_H16 = "[0-9A-Fa-f]{1,4}"
+_IPV6 = (  # RFC 4291 text forms, without an embedded IPv4 part or a zone
+    rf"(({_H16}:){{7}}{_H16}|({_H16}:){{1,7}}:|({_H16}:){{1,6}}:{_H16}"
+    rf"|({_H16}:){{1,5}}(:{_H16}){{1,2}}|({_H16}:){{1,4}}(:{_H16}){{1,3}}"
+    rf"|({_H16}:){{1,3}}(:{_H16}){{1,4}}|({_H16}:){{1,2}}(:{_H16}){{1,5}}"
+    rf"|{_H16}:(:{_H16}){{1,6}}|:((:{_H16}){{1,7}}|:))"
+)
+_HOST = rf"([A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_.])?|\[{_IPV6}\])"
+# Its upstream: an http(s) URL without credentials, query, fragment or climbing segments
+# (``bridges.py`` checks the same, and what the schema cannot say: allowed prefixes).
+BridgeUpstream = Annotated[
+    str,
+    StringConstraints(
+        max_length=2048,
+        pattern=rf"^[Hh][Tt][Tt][Pp][Ss]?://{_HOST}(:{_PORT})?(/({_PATH_SEGMENT})?)*$",
+    ),
+]
+
 
 class _Strict(BaseModel):
     """Unknown fields are rejected (422), never silently ignored; nor is a value of the
@@ -32,13 +68,25 @@ class CreateSandboxRequest(_Strict):
         | None
     ) = None
     timeout: Annotated[float, Field(gt=0, le=86400)] | None = 3600
-    env: dict[str, str] | None = None
+    env: EnvVars | None = None
     workdir: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = None
     labels: dict[str, str] | None = None
     ttl_seconds: Annotated[float, Field(gt=0)] | None = None
     idle_timeout_seconds: Annotated[float, Field(gt=0)] | None = None
     # Service bridges: sandbox port (a string, JSON keys are) → upstream URL (see bridges.py).
-    bridges: dict[str, str] | None = None
+    bridges: (
+        Annotated[
+            dict[BridgePort, BridgeUpstream],
+            Field(max_length=16, json_schema_extra={"additionalProperties": False}),
+        ]
+        | None
+    ) = None
+
+    @model_validator(mode="after")
+    def _reject_nul(self) -> CreateSandboxRequest:
+        if self.env:
+            _no_nul(list(self.env.values()), "env")
+        return self
 
 
 class SandboxInfo(BaseModel):
@@ -86,10 +134,7 @@ class ExecRequest(_Strict):
     )
     timeout_seconds: Annotated[float, Field(gt=0, le=86400)] | None = 300
     cwd: _NoNul | None = None
-    env: (
-        Annotated[dict[str, _NoNul], Field(json_schema_extra={"propertyNames": _NO_NUL_SCHEMA})]
-        | None
-    ) = None
+    env: EnvVars | None = None
     login_shell: bool | None = False
     wait: bool | None = False
     stdin: str | None = None

@@ -7,6 +7,7 @@ import functools
 import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
+from urllib.parse import unquote_plus
 
 import websockets
 from fastapi import APIRouter, Depends, Query, WebSocket
@@ -211,22 +212,45 @@ async def apply_patch(
 
 @router.websocket("/sandboxes/{sandbox_id}/exec/pty")
 async def exec_pty(websocket: WebSocket, sandbox_id: str) -> None:
-    """Interactive terminal: binary frames both ways, relayed to the agent's PTY."""
-    await proxy_websocket(websocket, sandbox_id, "/exec/pty")
+    """Interactive terminal, relayed to the agent's PTY: our binary frames, or the public
+    Orchard Env SDK's JSON frames (the agent tells them apart by the first frame)."""
+    await proxy_websocket(websocket, sandbox_id, "/exec/pty", query_key=True)
 
 
-async def proxy_websocket(websocket: WebSocket, sandbox_id: str, agent_path: str) -> None:
-    """Authenticate, then relay a client WebSocket to the sandbox agent's ``agent_path``."""
+_QUERY_KEY = "api_key"
+
+
+def _websocket_key(websocket: WebSocket) -> str | None:
+    """The API key as for HTTP, else ``?api_key=`` (where the public SDK's terminal client
+    sends it; a browser's WebSocket cannot set headers either)."""
+    return presented_key(websocket) or websocket.query_params.get(_QUERY_KEY)  # type: ignore[arg-type]
+
+
+def _query_without_key(query: str) -> str:
+    """The query string as sent, less any ``api_key`` (never passed on to the sandbox)."""
+    parts = [part for part in query.split("&") if part]
+    return "&".join(p for p in parts if unquote_plus(p.partition("=")[0]) != _QUERY_KEY)
+
+
+async def proxy_websocket(
+    websocket: WebSocket, sandbox_id: str, agent_path: str, *, query_key: bool = False
+) -> None:
+    """Authenticate, then relay a client WebSocket to the sandbox agent's ``agent_path``.
+
+    ``query_key``: the key may also come as ``?api_key=``, which is then not passed on.
+    """
     app = websocket.app
+    key = _websocket_key(websocket) if query_key else presented_key(websocket)  # type: ignore[arg-type]
     try:
-        tenant = tenant_for(app.state.settings.api_keys, presented_key(websocket))  # type: ignore[arg-type]
+        tenant = tenant_for(app.state.settings.api_keys, key)
         record, endpoint = app.state.service.ready_endpoint(tenant, sandbox_id)
     except ApiError as exc:
         await websocket.close(code=4000 + exc.status, reason=exc.detail[:120])
         return
     url = endpoint.base_url.replace("http://", "ws://", 1) + agent_path
-    if websocket.url.query:
-        url += "?" + websocket.url.query
+    query = _query_without_key(websocket.url.query) if query_key else websocket.url.query
+    if query:
+        url += "?" + query
     try:
         with contextlib.ExitStack() as pins:
             path = pins.enter_context(pinned_socket(endpoint.uds)) if endpoint.uds else None
