@@ -62,6 +62,36 @@ async def test_a_broken_test_command_is_an_error_not_a_failure(client, calc_task
     broken = evolve(calc_task, install_config=InstallConfig(test_cmd="echo no tests here"))
     result = await grade(client, broken, calc_task.patch)
     assert result.status == "error" and "no test results" in (result.error or "")
+    assert "exited 0" in (result.error or "") and "no tests here" in (result.error or "")
+    assert result.test_exit_code == 0
+
+
+async def test_a_test_command_that_cannot_run_says_why(client, calc_task):
+    from attrs import evolve
+
+    command = "no-such-python -m pytest -rA tests"
+    missing = evolve(calc_task, install_config=InstallConfig(test_cmd=command))
+    result = await grade(client, missing, calc_task.patch)
+    error = result.error or ""
+    assert result.status == "error" and result.test_exit_code == 127, result
+    assert error.startswith("the test command failed (exit 127, command not found)")
+    assert command in error and "no-such-python" in error.split("its output ends:")[1]
+    assert "the test log holds no test results" not in error
+
+
+async def test_a_failing_test_command_quotes_only_the_tail_of_its_output(client, calc_task):
+    from attrs import evolve
+
+    command = "seq 1 5000; echo 'ImportError: no module named calc' >&2; exit 4"
+    failing = evolve(calc_task, install_config=InstallConfig(test_cmd=command))
+    result = await grade(client, failing, calc_task.patch)
+    error = result.error or ""
+    assert result.status == "error" and result.test_exit_code == 4, result
+    assert f"failed (exit 4) and reported no test results: {command}" in error
+    tail = error.split("its output ends:\n")[1].splitlines()
+    assert tail[-1] == "ImportError: no module named calc" and tail[-2] == "5000"
+    assert len(tail) == 20 and "4981" not in tail  # the last 20 lines, not the whole log
+    assert "1\n2\n3\n" in result.test_log  # the full log is still kept
 
 
 def _tests_deleted(task: Task) -> str:

@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from . import anchored, tarsafe
 from .context import SandboxContext
-from .errors import ApiError, invalid
+from .errors import ApiError, from_os_error, invalid
 from .owner import SandboxIO
 from .paths import Resolved, require_exists, require_writable, resolve
 
@@ -38,17 +38,9 @@ def _query_path(request: Request) -> str:
 
 def _os_error(r: Resolved | None, exc: OSError) -> ApiError:
     where = r.sandbox_path if r else "?"
-    if isinstance(exc, FileNotFoundError):
-        return ApiError(404, "path_not_found", f"no such path: {where!r}")
-    if isinstance(exc, IsADirectoryError):
-        return ApiError(400, "is_a_directory", f"{where!r} is a directory")
-    if isinstance(exc, NotADirectoryError):
-        return ApiError(400, "not_a_directory", f"{where!r}: a parent is not a directory")
-    if isinstance(exc, PermissionError):
-        return ApiError(400, "permission_denied", f"{where!r}: permission denied")
-    if exc.errno == 30:  # EROFS
-        return ApiError(400, "read_only", f"{where!r} is on a read-only file system")
-    return ApiError(400, "io_error", f"{where!r}: {exc.strerror or exc}")
+    if isinstance(exc, anchored.NotAFile):
+        return ApiError(400, "not_a_file", f"{where!r} {exc.strerror}")
+    return from_os_error(exc, where)
 
 
 async def post_file(ctx: SandboxContext, body: dict[str, Any]) -> Response:
@@ -217,6 +209,10 @@ async def _tar_chunks(ctx: SandboxContext, r: Resolved) -> AsyncIterator[bytes]:
                 yield chunk
 
 
+def _open_dir(anchor: int, path: str) -> None:
+    os.close(anchored.open_at(anchor, path, os.O_RDONLY | os.O_DIRECTORY))
+
+
 async def get_fs(ctx: SandboxContext, request: Request) -> Response:
     r = await resolve_async(ctx, _query_path(request))
     require_exists(r)
@@ -225,6 +221,11 @@ async def get_fs(ctx: SandboxContext, request: Request) -> Response:
             raise ApiError(400, "invalid_archive", "archive must be 'tar'")
         if not r.is_dir:
             raise ApiError(400, "not_a_directory", f"{r.sandbox_path!r} is not a directory")
+        try:  # an unreadable directory is refused here, before a 200 starts the stream
+            async with SandboxIO(ctx, r) as io:
+                await io.run(_open_dir, io.path)
+        except OSError as exc:
+            raise _os_error(r, exc) from None
         return StreamingResponse(_tar_chunks(ctx, r), media_type="application/x-tar")
     if r.is_dir:
         raise ApiError(

@@ -3,7 +3,8 @@
 The walk goes component by component with fd-relative ``os.open(O_PATH|O_NOFOLLOW)`` from
 the mount's host directory, so every symlink is seen and its target is re-resolved as a
 sandbox path (absolute targets against the sandbox root, relative ones against the link's
-directory). Leaving all mounts through ``..`` or a link answers ``path_escape``.
+directory). Leaving all mounts through ``..`` or a link answers ``path_escape``; a path no
+system call could take (a NUL, a name over 255 bytes, 4096 bytes or more) ``invalid_path``.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from collections import deque
 from dataclasses import dataclass
 
 from .context import Mount, SandboxContext
-from .errors import ApiError
+from .errors import ApiError, from_os_error
 
 MAX_LINKS = 40
+NAME_MAX = 255  # bytes in one path component
+PATH_MAX = 4096  # bytes in a path, its terminating NUL included
 
 
 @dataclass
@@ -34,16 +37,41 @@ def _escape(path: str, why: str) -> ApiError:
     return ApiError(400, "path_escape", f"path {path!r} {why}")
 
 
+def check_length(path: str) -> None:
+    """Refuse, as ``invalid_path``, a path no system call could take: a NUL byte, a name
+    over ``NAME_MAX`` bytes or a path of ``PATH_MAX`` bytes or more (Linux's limits)."""
+    if "\0" in path:
+        raise ApiError(400, "invalid_path", "path holds a NUL byte")
+    try:
+        raw = os.fsencode(path)
+    except UnicodeEncodeError:
+        raise ApiError(400, "invalid_path", f"path {path!r} cannot be encoded") from None
+    if len(raw) >= PATH_MAX:
+        raise ApiError(
+            400,
+            "invalid_path",
+            f"path is {len(raw)} bytes long; the limit is {PATH_MAX - 1}",
+        )
+    longest = max(raw.split(b"/"), key=len)
+    if len(longest) > NAME_MAX:
+        raise ApiError(
+            400,
+            "invalid_path",
+            f"a name in the path is {len(longest)} bytes long; the limit is {NAME_MAX}",
+        )
+
+
 def _join(parts: list[str]) -> str:
     return "/" + "/".join(parts)
 
 
 def resolve(ctx: SandboxContext, path: str, *, follow_last: bool = True) -> Resolved:
     """Blocking (does file-system calls): run it in a worker thread."""
-    if not isinstance(path, str) or not path or "\0" in path:
+    if not isinstance(path, str) or not path:
         raise ApiError(400, "invalid_path", "path must be a non-empty string")
     if not path.startswith("/"):
         path = (ctx.workdir or "/").rstrip("/") + "/" + path
+    check_length(path)
     mount_paths = {m.path: m for m in ctx.mounts}
     queue: deque[str] = deque(path.split("/"))
     cur: list[str] = []
@@ -143,7 +171,7 @@ def resolve(ctx: SandboxContext, path: str, *, follow_last: bool = True) -> Reso
             elif any(c not in ("", ".") for c in queue):
                 raise ApiError(400, "not_a_directory", f"{_join(cur)!r} is not a directory")
     except OSError as exc:
-        raise ApiError(400, "path_escape", f"cannot resolve {path!r}: {exc.strerror}") from None
+        raise from_os_error(exc, path) from None
     finally:
         set_fd(None)
 

@@ -34,6 +34,13 @@ def is_str_map(v: Any) -> bool:
     )
 
 
+def is_env(v: Any) -> bool:
+    """Environment variables exec(2) can take: names not empty, without "=" or NUL."""
+    return is_str_map(v) and all(
+        k and "=" not in k and "\x00" not in k and "\x00" not in x for k, x in v.items()
+    )
+
+
 def is_command(v: Any) -> bool:
     if isinstance(v, str):
         return bool(v)
@@ -82,7 +89,7 @@ EXEC_FIELDS: dict[str, tuple[Check, str]] = {
     "command": (is_command, "a non-empty string or a non-empty list of strings"),
     "timeout_seconds": (is_number, "a non-negative number"),
     "cwd": (is_str, "a string"),
-    "env": (is_str_map, "an object of strings"),
+    "env": (is_env, "an object of strings, names without '=' or NUL"),
     "login_shell": (is_bool, "a boolean"),
     "wait": (is_bool, "a boolean"),
     "stdin": (is_str, "a string"),
@@ -129,7 +136,7 @@ REGISTER_FIELDS: dict[str, tuple[Check, str]] = {
         "a non-empty string without '.'",
     ),
     "token": (lambda v: is_str(v) and bool(v), "a non-empty string"),
-    "env": (is_str_map, "an object of strings"),
+    "env": (is_env, "an object of strings, names without '=' or NUL"),
     "workdir": (is_str, "a string"),
     "holder_pid": (lambda v: is_int(v) and v > 0, "a positive integer"),
     "mounts": (is_mounts, "a list of {path, host_path, writable}"),
@@ -137,5 +144,11 @@ REGISTER_FIELDS: dict[str, tuple[Check, str]] = {
     "owner": (
         lambda v: isinstance(v, list) and len(v) == 2 and all(is_int(i) and i >= 0 for i in v),
         "[uid, gid]: the host ids the sandbox's root is",
+    ),
+    "user": (
+        lambda v: (
+            isinstance(v, list) and len(v) == 2 and all(is_int(i) and 0 <= i < 65536 for i in v)
+        ),
+        "[uid, gid]: who commands run as inside the sandbox (its image's User)",
     ),
 }

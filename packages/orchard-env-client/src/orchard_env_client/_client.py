@@ -8,7 +8,7 @@ import time
 import types
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
@@ -16,6 +16,18 @@ from . import models
 from ._http import HttpCore, RetryPolicy
 from ._sandbox import WAIT_SLICE, AsyncSandbox
 from .errors import NotFound, SandboxFailed, SandboxTimeout
+
+
+def _without_credentials(url: str) -> str:
+    """``url`` less any ``user:password@`` in it."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    netloc = host if parts.port is None else f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 class AsyncSandboxClient:
@@ -59,7 +71,13 @@ class AsyncSandboxClient:
         return list(self._created)
 
     def __repr__(self) -> str:
-        return f"<AsyncSandboxClient {self.base_url}>"
+        return f"<{type(self).__name__} {self._describe()}>"
+
+    def _describe(self) -> str:
+        """What ``repr`` shows, here and in the sync client: the URL (without any
+        credentials in it; the API key never), and whether the client is closed."""
+        url = _without_credentials(self.base_url)
+        return f"url={url}" + (" closed" if self._http.closed else "")
 
     async def __aenter__(self) -> AsyncSandboxClient:
         return self

@@ -97,6 +97,11 @@ class HttpCore:
             transport=transport if transport is not None else default_transport(),
         )
 
+    @property
+    def closed(self) -> bool:
+        """True once ``aclose`` has run."""
+        return self._client.is_closed
+
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self._client.aclose()

@@ -75,14 +75,26 @@ class AsyncJob:
         self._client = client
         self.job_id = job_id
         self.sandbox_id = sandbox_id
+        self._last: models.Job | None = None  # the job as last fetched, for repr
 
     def __repr__(self) -> str:
-        return f"<AsyncJob {self.job_id} in {self.sandbox_id}>"
+        return f"<{type(self).__name__} {self._describe()}>"
+
+    def _describe(self) -> str:
+        """What ``repr`` shows, here and in ``JobHandle``: the id and, once fetched, the
+        state last seen (no request is sent)."""
+        if self._last is None:
+            return self.job_id
+        text = f"{self.job_id} state={self._last.status}"
+        if self._last.exit_code is not None:
+            text += f" exit_code={self._last.exit_code}"
+        return text + (" timed_out" if self._last.timed_out else "")
 
     async def refresh(self) -> models.Job:
         """The job object now (``GET /jobs/{id}``)."""
         data = await self._client._http.json("GET", f"/jobs/{quote(self.job_id)}", idempotent=True)
-        return models.Job.from_json(data)
+        self._last = models.Job.from_json(data)
+        return self._last
 
     async def status(self) -> str:
         """The job's status now: ``queued``, ``running``, ``succeeded`` or ``failed``."""
@@ -94,7 +106,8 @@ class AsyncJob:
         Waits server-side in slices of at most ``WAIT_SLICE`` seconds; ``None`` waits forever.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        return await self._client._wait_job(self.job_id, deadline)
+        self._last = await self._client._wait_job(self.job_id, deadline)
+        return self._last
 
     async def cancel(self) -> None:
         """Kill the job's process group; the job then ends ``failed``."""
@@ -111,9 +124,20 @@ class AsyncSandbox:
         self._client = client
         self.sandbox_id = info.sandbox_id
         self.info = info
+        self._deleted = False
 
     def __repr__(self) -> str:
-        return f"<AsyncSandbox {self.sandbox_id} {self.info.status}>"
+        return f"<{type(self).__name__} {self._describe()}>"
+
+    def _describe(self) -> str:
+        """What ``repr`` shows, here and in the sync ``Sandbox``: id, image and the state
+        last seen (``info``, or ``deleted`` after ``delete``; no request is sent)."""
+        state = "deleted" if self._deleted else self.info.status
+        text = f"{self.sandbox_id} image={self.info.image or '?'} state={state}"
+        if self.info.error and not self._deleted:
+            error = self.info.error if len(self.info.error) <= 60 else self.info.error[:59] + "…"
+            text += f" error={error!r}"
+        return text
 
     async def __aenter__(self) -> AsyncSandbox:
         return self
@@ -152,6 +176,7 @@ class AsyncSandbox:
     async def delete(self) -> None:
         """Delete the sandbox (an already deleted one is not an error)."""
         await self._client.delete_sandbox(self.sandbox_id)
+        self._deleted = True
 
     # ------------------------------------------------------------ commands
 

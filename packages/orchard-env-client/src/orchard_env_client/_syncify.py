@@ -183,7 +183,10 @@ class SyncWrapper:
         return to_sync(getattr(self._async, name), self._portal)
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} of {self._async!r}>"
+        # The async object says what to show (``_describe``), under the sync class's name.
+        describe = getattr(self._async, "_describe", None)
+        body = describe() if describe is not None else repr(self._async)
+        return f"<{type(self).__name__} {body}>"
 
 
 def _enter(self: SyncWrapper) -> Any:

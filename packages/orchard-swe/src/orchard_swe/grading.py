@@ -34,6 +34,9 @@ STATUSES: tuple[Status, ...] = ("resolved", "partial", "unresolved", "patch_fail
 _PATCH_FILE = "/tmp/orchard-model.patch"
 _TEST_PATCH_FILE = "/tmp/orchard-test.patch"
 _DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
+# How much of a failed test command's output a grade's ``error`` quotes.
+TAIL_LINES = 20
+TAIL_CHARS = 2048
 
 
 @attrs.define
@@ -48,6 +51,7 @@ class GradeResult:
     error: str | None = None
     test_log: str = ""
     duration_s: float = 0.0
+    test_exit_code: int | None = None  # the test command's, once it ran to an end
 
     def to_dict(self, with_log: bool = False) -> dict[str, Any]:
         data = attrs.asdict(self)
@@ -64,6 +68,46 @@ def files_in_patch(patch: str) -> list[str]:
             if path not in paths:
                 paths.append(path)
     return paths
+
+
+def output_tail(text: str, lines: int = TAIL_LINES, chars: int = TAIL_CHARS) -> str:
+    """The last ``lines`` lines of ``text``, at most ``chars`` characters of them."""
+    tail = "\n".join(text.rstrip("\n").splitlines()[-lines:])
+    if len(tail) > chars:
+        tail = "..." + tail[-(chars - 3) :]
+    return tail
+
+
+def no_results_error(
+    command: str, exit_code: int | None, output: str, job_error: str | None = None
+) -> str:
+    """The grade's ``error`` when a test run's output holds no test results.
+
+    A command that exited non-zero most likely never ran the tests (``python: not found``,
+    a missing module, a broken conftest): say so, with the command, its exit code and the
+    tail of what it printed, so that the cause can be read from the grade itself.
+    """
+    if len(command) > 500:
+        command = command[:497] + "..."
+    tail = output_tail(output)
+    shown = f"; its output ends:\n{tail}" if tail else "; it printed nothing"
+    if exit_code == 0:
+        return f"the test log holds no test results (the test command exited 0): {command}{shown}"
+    if exit_code is None:
+        why = f"ended without an exit code ({job_error or 'no reason given'})"
+    else:
+        why = f"failed (exit {exit_code}{_exit_meaning(exit_code)})"
+    return f"the test command {why} and reported no test results: {command}{shown}"
+
+
+def _exit_meaning(code: int) -> str:
+    if code == 126:
+        return ", not executable"
+    if code == 127:
+        return ", command not found"
+    if 128 < code < 160:
+        return f", killed by signal {code - 128}"
+    return ""
 
 
 def log_parser(name: str) -> Callable[[str], dict[str, str]]:
@@ -156,9 +200,11 @@ async def grade(
         if job.timed_out:
             result.error = f"the test command timed out after {test_timeout:g} s"
             return result
+        result.test_exit_code = job.exit_code
         status_map = log_parser(task.install_config.log_parser)(result.test_log)
         if not status_map:
-            result.error = "the test log holds no test results"
+            command = task.install_config.test_cmd
+            result.error = no_results_error(command, job.exit_code, result.test_log, job.error)
             return result
         result.status, report = judge(task, status_map)
         result.fail_to_pass, result.pass_to_pass = report["fail_to_pass"], report["pass_to_pass"]
