@@ -199,6 +199,12 @@ def test_pod_spec_hardening():
     assert "activeDeadlineSeconds" not in spec  # no ttl
 
 
+def test_a_failed_container_reports_its_log_tail():
+    spec = pod_manifest(make_record(), Settings(), ORCH)["spec"]
+    for container in spec["initContainers"] + spec["containers"]:
+        assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
 @pytest.mark.parametrize("runtime_class", [None, "gvisor"])
 def test_pod_and_containers_are_confined(runtime_class):
     """Runtime's default seccomp, every capability dropped but the kept set, no privilege

@@ -55,6 +55,8 @@ NAV_TIMEOUT_MS = 30_000
 SETTLE_LOAD_MS = 5_000
 SETTLE_IDLE_MS = 1_000
 SCREENSHOT_MS = 10_000
+SCREENSHOT_ATTEMPTS = 3
+_TRANSIENT_SCREENSHOT_ERRORS = ("Timeout", "Unable to capture screenshot")
 REQUEST_TIMEOUT_S = 120.0
 
 KINDS = {
@@ -443,13 +445,15 @@ class BrowserEnv:
 
     @staticmethod
     def _screenshot(page: Page) -> bytes:
-        """A PNG of the viewport; one retry after the page settles (under load, a capture
-        that raced a navigation's commit can time out)."""
-        for attempt in range(2):
+        """A PNG of the viewport, retried after the page settles: under load a capture that
+        races a navigation's commit times out, or Chromium answers "Unable to capture
+        screenshot" while the new document has not painted yet."""
+        for attempt in range(SCREENSHOT_ATTEMPTS):
             try:
                 return page.screenshot(type="png", timeout=SCREENSHOT_MS)
             except PlaywrightError as exc:
-                if attempt or "Timeout" not in str(exc):
+                transient = any(sign in str(exc) for sign in _TRANSIENT_SCREENSHOT_ERRORS)
+                if attempt == SCREENSHOT_ATTEMPTS - 1 or not transient:
                     raise
                 print(f"browser_server: screenshot retried: {first_line(exc)}", file=sys.stderr)
                 with contextlib.suppress(PlaywrightError):

@@ -182,6 +182,8 @@ def pod_manifest(record: SandboxRecord, settings: Settings, orchestrator: str) -
         },
         "resources": resources,
         "securityContext": container_security_context(),
+        # A container that fails puts its log's tail in its status: the sandbox's error.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
             {"name": "orchard-agent", "mountPath": AGENT_MOUNT, "readOnly": True},
             {"name": "orchard-token", "mountPath": SECRET_MOUNT, "readOnly": True},
@@ -196,6 +198,7 @@ def pod_manifest(record: SandboxRecord, settings: Settings, orchestrator: str) -
         # The same resources as the sandbox, so the pod's QoS class is the sandbox's.
         "resources": resources,
         "securityContext": container_security_context(),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [{"name": "orchard-agent", "mountPath": _INJECTOR_TARGET}],
     }
     spec: dict[str, Any] = {
