@@ -1,4 +1,5 @@
-"""BAR: the pure decision core, every branch, the async driver and the group filters."""
+"""BAR, our own allocator (profile "orchard"): the pure decision core, every branch, the async
+driver and the group filters (the reference profile: test_bar_reference.py)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,9 @@ def configs(draw: st.DrawFn) -> BarConfig:
             ).map(tuple),
         )
     )
-    return BarConfig(n=n, n_max=n_max, stride=stride, p_min=lo, p_max=hi, relax=relax)
+    return BarConfig(
+        profile="orchard", n=n, n_max=n_max, stride=stride, p_min=lo, p_max=hi, relax=relax
+    )
 
 
 samples_st = st.builds(
@@ -95,23 +98,23 @@ def _fits(n: int, bounds: tuple[float, float], p: int, q: int) -> list[int]:
 
 def test_config_validation() -> None:
     with pytest.raises(ValueError):
-        BarConfig(n=8, n_max=4)
+        BarConfig(profile="orchard", n=8, n_max=4)
     with pytest.raises(ValueError):
-        BarConfig(stride=0)
+        BarConfig(profile="orchard", stride=0)
     with pytest.raises(ValueError):
-        BarConfig(p_min=0.8, p_max=0.2)
+        BarConfig(profile="orchard", p_min=0.8, p_max=0.2)
     with pytest.raises(ValueError, match="no count"):
-        BarConfig(n=4, p_min=0.3, p_max=0.45)
+        BarConfig(profile="orchard", n=4, p_min=0.3, p_max=0.45)
     with pytest.raises(ValueError):
-        BarConfig(relax=((0.5, 1.2),))
+        BarConfig(profile="orchard", relax=((0.5, 1.2),))
 
 
 def test_default_relax_widens_to_one_positive_one_negative() -> None:
     schedule = default_relax(8, 0.25, 0.75)
     assert schedule == ((0.1875, 0.8125), (0.125, 0.875))
-    assert BarConfig().relax_schedule == schedule
+    assert BarConfig(profile="orchard").relax_schedule == schedule
     assert default_relax(1, 0.0, 1.0) == ()
-    assert BarConfig(relax=()).relax_schedule == ()
+    assert BarConfig(profile="orchard", relax=()).relax_schedule == ()
 
 
 def test_choose_positive_count_examples() -> None:
@@ -206,13 +209,13 @@ def test_decide_follows_the_branches_in_order(
 
 
 def test_first_request_is_at_least_n() -> None:
-    assert decide([], BarConfig(n=8, stride=4)) == GenerateMore(8)
-    assert decide([], BarConfig(n=8, n_max=8, stride=16)) == GenerateMore(8)
-    assert decide([], BarConfig(n=4, stride=6)) == GenerateMore(6)
+    assert decide([], BarConfig(profile="orchard", n=8, stride=4)) == GenerateMore(8)
+    assert decide([], BarConfig(profile="orchard", n=8, n_max=8, stride=16)) == GenerateMore(8)
+    assert decide([], BarConfig(profile="orchard", n=4, stride=6)) == GenerateMore(6)
 
 
 def test_early_stop_picks_earliest_samples() -> None:
-    cfg = BarConfig(n=4, n_max=16, stride=4, p_min=0.25, p_max=0.75)
+    cfg = BarConfig(profile="orchard", n=4, n_max=16, stride=4, p_min=0.25, p_max=0.75)
     samples = [Sample(0.0), Sample(1.0), Sample(0.0), Sample(0.0, "truncated"), Sample(1.0),
                Sample(0.0), Sample(1.0)]  # fmt: skip
     decision = decide(samples, cfg)
@@ -220,7 +223,7 @@ def test_early_stop_picks_earliest_samples() -> None:
 
 
 def test_fallback_prefers_completed_then_truncated_then_time_exceeded_then_aborted() -> None:
-    cfg = BarConfig(n=3, n_max=5, stride=5, p_min=0.3, p_max=0.7, relax=())
+    cfg = BarConfig(profile="orchard", n=3, n_max=5, stride=5, p_min=0.3, p_max=0.7, relax=())
     samples = [Sample(0.0, "aborted"), Sample(0.0, "time_exceeded"), Sample(0.0, "truncated"),
                Sample(0.0), Sample(0.0, "truncated")]  # fmt: skip
     decision = decide(samples, cfg)
@@ -275,7 +278,7 @@ async def test_bar_rollout_matches_decide(cfg: BarConfig, stream: list[Sample], 
 
 
 async def test_bar_rollout_stops_at_the_first_good_stride() -> None:
-    cfg = BarConfig(n=4, n_max=16, stride=4, p_min=0.25, p_max=0.75)
+    cfg = BarConfig(profile="orchard", n=4, n_max=16, stride=4, p_min=0.25, p_max=0.75)
     stream = [Sample(0.0)] * 4 + [Sample(1.0), Sample(0.0)] * 4
     calls: list[int] = []
     result = await bar_rollout(_fake_generate(stream, calls), cfg, [DropUniform()])
@@ -285,7 +288,7 @@ async def test_bar_rollout_stops_at_the_first_good_stride() -> None:
 
 
 async def test_bar_rollout_relaxes_then_falls_back() -> None:
-    cfg = BarConfig(n=4, n_max=8, stride=4, p_min=0.5, p_max=0.5)
+    cfg = BarConfig(profile="orchard", n=4, n_max=8, stride=4, p_min=0.5, p_max=0.5)
     one_positive = [Sample(1.0)] + [Sample(0.0)] * 7
     result = await bar_rollout(_fake_generate(one_positive, []), cfg)
     assert result.outcome == "relaxed" and result.selected.positives == 1
@@ -299,7 +302,9 @@ async def test_bar_rollout_relaxes_then_falls_back() -> None:
 
 async def test_bar_rollout_ends_when_generate_returns_nothing() -> None:
     calls: list[int] = []
-    result = await bar_rollout(_fake_generate([], calls), BarConfig(n=2, n_max=5, stride=2))
+    result = await bar_rollout(
+        _fake_generate([], calls), BarConfig(profile="orchard", n=2, n_max=5, stride=2)
+    )
     assert sum(calls) == 5
     assert result.samples == () and result.selected.samples == ()
 
@@ -311,7 +316,7 @@ def _group(rewards: Sequence[float], statuses: Sequence[str] | None = None) -> G
     statuses = statuses or ["completed"] * len(rewards)
     samples = [Sample(r, s) for r, s in zip(rewards, statuses, strict=True)]
     sel = Selection(tuple(range(len(samples))), "found", (0.0, 1.0))
-    return select(samples, sel, BarConfig(n=max(1, len(samples)), n_max=max(1, len(samples)),
+    return select(samples, sel, BarConfig(profile="orchard", n=max(1, len(samples)), n_max=max(1, len(samples)),
                                           p_min=0.0, p_max=1.0)).selected  # fmt: skip
 
 

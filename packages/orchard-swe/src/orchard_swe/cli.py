@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from orchard_env_client import AsyncSandboxClient
@@ -74,6 +75,18 @@ def _parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("bar-sim", help="simulate BAR vs fixed-n GRPO vs DAPO dynamic sampling")
     bar_sim_arguments(sim)
+
+    bar = sub.add_parser("bar", help="BAR's decisions: replay recorded prompts")
+    bar_sub = bar.add_subparsers(dest="bar_command", required=True)
+    bar_replay = bar_sub.add_parser(
+        "replay", help="JSON Lines prompts on stdin -> one decision per line on stdout"
+    )
+    bar_replay.add_argument(
+        "--profile",
+        choices=("reference", "orchard"),
+        default="reference",
+        help="whose rules: the public reference's (default) or our own allocator's",
+    )
 
     credit = sub.add_parser("credit-sft", help="trajectories -> credit-assignment SFT samples")
     credit_sft_arguments(credit)
@@ -204,6 +217,15 @@ def main(argv: list[str] | None = None) -> int:
             from .training.credit_cli import run as run_credit_sft
 
             return run_credit_sft(args, console)
+        if args.command == "bar":
+            from .training.bar_replay import ReplayInputError, replay_stream
+
+            try:
+                replay_stream(sys.stdin, sys.stdout, args.profile)
+            except ReplayInputError as exc:
+                console.print(f"[red]error:[/red] {escape(str(exc))}")
+                return 2
+            return 0
         if args.command == "bar-sim":
             from .training.barsim_cli import run as run_bar_sim
 

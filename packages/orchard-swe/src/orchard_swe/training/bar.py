@@ -21,6 +21,8 @@ from typing import Any, Final, Literal, Protocol
 
 import attrs
 
+from . import bar_reference
+
 __all__ = [
     "STATUS_RANK",
     "BarConfig",
@@ -32,6 +34,7 @@ __all__ = [
     "GroupFilter",
     "GroupResult",
     "Outcome",
+    "Profile",
     "Sample",
     "Selection",
     "Status",
@@ -40,6 +43,8 @@ __all__ = [
     "bar_rollout",
     "choose_positive_count",
     "decide",
+    "decide_orchard",
+    "decide_reference",
     "default_relax",
     "select",
 ]
@@ -48,6 +53,9 @@ _TOL: Final = 1e-9
 
 Bounds = tuple[float, float]
 """``(p_min, p_max)``: the allowed share of positives in a group."""
+
+Profile = Literal["reference", "orchard"]
+"""Whose rules: the public reference's (the paper's numbers) or our own allocator's."""
 
 Outcome = Literal["found", "relaxed", "fallback"]
 """How a group was chosen: within the bounds, within relaxed bounds, or by ranking."""
@@ -111,9 +119,12 @@ def _valid_counts(n: int, bounds: Bounds) -> list[int]:
 class BarConfig:
     """BAR's parameters.
 
-    ``relax=None`` means :func:`default_relax`; ``()`` disables relaxing. A sample is
-    positive when ``reward >= positive_threshold``; only samples whose status is in
-    ``eligible`` take part in the bounded search (all take part in the fallback).
+    ``profile`` picks the rules: ``"reference"`` (the default) is the public reference's,
+    decision for decision (``bar_reference``); ``"orchard"`` is our own allocator, for
+    which the rest applies: ``relax=None`` means :func:`default_relax`; ``()`` disables
+    relaxing. A sample is positive when ``reward >= positive_threshold``; only samples
+    whose status is in ``eligible`` take part in the bounded search (all take part in the
+    fallback). See ``docs/swe-training.md`` for the two side by side.
     """
 
     n: int = 8
@@ -121,6 +132,7 @@ class BarConfig:
     stride: int = 8
     p_min: float = 0.25
     p_max: float = 0.75
+    profile: Profile = "reference"
     relax: tuple[Bounds, ...] | None = None
     positive_threshold: float = 0.5
     eligible: frozenset[Status] = frozenset({Status.COMPLETED})
@@ -132,7 +144,10 @@ class BarConfig:
                 f"(n={self.n}, n_max={self.n_max}, stride={self.stride})"
             )
         _check_bounds((self.p_min, self.p_max))
-        if not _valid_counts(self.n, (self.p_min, self.p_max)):
+        if self.profile not in ("reference", "orchard"):
+            raise ValueError(f"profile must be 'reference' or 'orchard', got {self.profile!r}")
+        # The reference has no such check: with no count in its bounds it just relaxes.
+        if self.profile == "orchard" and not _valid_counts(self.n, (self.p_min, self.p_max)):
             raise ValueError(f"no count k in 0..{self.n} has k/n in [{self.p_min}, {self.p_max}]")
         for bounds in self.relax or ():
             _check_bounds(bounds)
@@ -146,6 +161,8 @@ class BarConfig:
 
     def is_positive(self, sample: Sample) -> bool:
         """Whether ``sample`` counts as a positive."""
+        if self.profile == "reference":
+            return bar_reference.classify(_as_reference(sample)) == "positive"
         return sample.reward >= self.positive_threshold
 
 
@@ -158,9 +175,11 @@ class GenerateMore:
 
 @attrs.frozen
 class Selection:
-    """Decision: the group is the samples at ``indices`` (ascending)."""
+    """Decision: the group is the samples at ``indices``."""
 
     indices: tuple[int, ...]
+    """Ascending for the ``orchard`` profile; the ``reference`` one's own order
+    (positives, then negatives, then backfill)."""
     outcome: Outcome
     bounds: Bounds | None
     """The bounds satisfied; ``None`` for the fallback."""
@@ -202,7 +221,46 @@ def _fallback(samples: Sequence[Sample], n: int) -> tuple[int, ...]:
 
 
 def decide(samples: Sequence[Sample], cfg: BarConfig, *, requested: int | None = None) -> Decision:
-    """BAR's next step given the samples so far (pure and deterministic).
+    """BAR's next step given the samples so far (pure and deterministic), by the rules of
+    ``cfg.profile``: :func:`decide_reference`, or :func:`decide_orchard`."""
+    if cfg.profile == "reference":
+        return decide_reference(samples, cfg, requested=requested)
+    return decide_orchard(samples, cfg, requested=requested)
+
+
+def decide_reference(
+    samples: Sequence[Sample], cfg: BarConfig, *, requested: int | None = None
+) -> Decision:
+    """The public reference's next step (``bar_reference``): the group within the bounds
+    if there is one; else ``stride`` more (the first stride too), up to ``n_max``; then
+    bounds ``[0, 1]``; then positives, negatives and backfill in rank order."""
+    ref = [_as_reference(s) for s in samples]
+    group = bar_reference.select_group(ref, cfg.n, cfg.p_min, cfg.p_max)
+    if group is not None:
+        return Selection(tuple(group), "found", (cfg.p_min, cfg.p_max))
+    budget = cfg.n_max - max(len(samples), requested or 0)
+    if budget > 0:
+        return GenerateMore(min(budget, cfg.stride))
+    group = bar_reference.select_group(ref, cfg.n, 0.0, 1.0)
+    if group is not None:
+        return Selection(tuple(group), "relaxed", (0.0, 1.0))
+    ranked = [i for kind in _KINDS for i in bar_reference.ordered(ref, kind)]
+    return Selection(tuple(ranked[: cfg.n]), "fallback", None)
+
+
+_KINDS: Final[tuple[bar_reference.Kind, ...]] = ("positive", "negative", "backfill")
+
+
+def _as_reference(sample: Sample) -> bar_reference.RefSample:
+    if sample.status is Status.TIME_EXCEEDED:
+        return bar_reference.RefSample(sample.reward, "truncated", bar_reference.TIME_EXCEEDED)
+    return bar_reference.RefSample(sample.reward, sample.status.value)
+
+
+def decide_orchard(
+    samples: Sequence[Sample], cfg: BarConfig, *, requested: int | None = None
+) -> Decision:
+    """Our own allocator's next step (pure and deterministic).
 
     1. If ``n`` eligible samples (earliest first) fit ``[p_min, p_max]``: select them
        (``"found"``; :func:`choose_positive_count` picks the positive count).

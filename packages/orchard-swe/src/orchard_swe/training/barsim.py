@@ -16,7 +16,8 @@ same draw (common random numbers), so differences come from the allocation alone
   whose rewards are all equal are dropped; rounds repeat until ``batch`` groups are kept
   (surplus valid groups are discarded) or ``dapo_max_rounds`` rounds were run.
 - ``bar``: ``batch`` prompts per step, each run by :func:`~.bar.decide` stride by stride
-  (prompts concurrently), with :class:`~.bar.DropUniform`.
+  (prompts concurrently), with :class:`~.bar.DropUniform`, by the public reference's rules;
+  ``bar-orchard`` the same by our own allocator's (``BarConfig.profile``).
 
 Metrics: rollouts spent per useful group (a group with a non-zero advantage that reaches the
 trainer), the share of formed groups with zero advantage (all rewards equal), and the
@@ -35,7 +36,7 @@ from typing import Any
 
 import attrs
 
-from .bar import BarConfig, DropUniform, GenerateMore, Sample, Status, decide, select
+from .bar import BarConfig, DropUniform, GenerateMore, Profile, Sample, Status, decide, select
 
 __all__ = [
     "METHODS",
@@ -47,7 +48,7 @@ __all__ = [
     "run_sim",
 ]
 
-METHODS = ("grpo", "dapo", "bar")
+METHODS = ("grpo", "dapo", "bar", "bar-orchard")
 
 
 @attrs.frozen(kw_only=True)
@@ -83,12 +84,17 @@ class SimConfig:
             raise ValueError("p_truncated and p_aborted must be >= 0 with a sum <= 1")
         if self.dapo_oversample < 1:
             raise ValueError("dapo_oversample must be >= 1")
-        self.bar_config()  # validates n, n_max, stride, p_min, p_max
+        self.bar_config("orchard")  # validates n, n_max, stride, p_min, p_max for both
 
-    def bar_config(self) -> BarConfig:
-        """BAR's config for this simulation."""
+    def bar_config(self, profile: Profile = "reference") -> BarConfig:
+        """BAR's config for this simulation, by the rules of ``profile``."""
         return BarConfig(
-            n=self.n, n_max=self.n_max, stride=self.stride, p_min=self.p_min, p_max=self.p_max
+            n=self.n,
+            n_max=self.n_max,
+            stride=self.stride,
+            p_min=self.p_min,
+            p_max=self.p_max,
+            profile=profile,
         )
 
 
@@ -311,10 +317,10 @@ def _dapo(cfg: SimConfig, stream: PromptStream) -> MethodResult:
     return tally.result("dapo", cfg, prompts, cluster, rounds=rounds_total, short_steps=short_steps)
 
 
-def _bar(cfg: SimConfig, stream: PromptStream) -> MethodResult:
+def _bar(cfg: SimConfig, stream: PromptStream, profile: Profile = "reference") -> MethodResult:
     cluster = _Cluster(cfg.workers)
     tally = _Tally((cfg.p_min, cfg.p_max))
-    bcfg = cfg.bar_config()
+    bcfg = cfg.bar_config(profile)
     filters = (DropUniform(threshold=bcfg.positive_threshold),)
     outcomes: Counter[str] = Counter()
 
@@ -335,12 +341,19 @@ def _bar(cfg: SimConfig, stream: PromptStream) -> MethodResult:
             advance(step * cfg.batch + b, [], 0)
         cluster.run()
     counts = {k: outcomes[k] for k in ("found", "relaxed", "fallback")}
-    return tally.result("bar", cfg, cfg.steps * cfg.batch, cluster, **counts)
+    method = "bar" if profile == "reference" else f"bar-{profile}"
+    return tally.result(method, cfg, cfg.steps * cfg.batch, cluster, **counts)
 
 
 def run_sim(cfg: SimConfig, methods: tuple[str, ...] = METHODS) -> list[MethodResult]:
-    """Simulate each of ``methods`` (``grpo``, ``dapo``, ``bar``) on the same prompt stream."""
-    runners = {"grpo": _grpo, "dapo": _dapo, "bar": _bar}
+    """Simulate each of ``methods`` (``grpo``, ``dapo``, ``bar`` by the reference's rules,
+    ``bar-orchard`` by ours) on the same prompt stream."""
+    runners: dict[str, Callable[[SimConfig, PromptStream], MethodResult]] = {
+        "grpo": _grpo,
+        "dapo": _dapo,
+        "bar": _bar,
+        "bar-orchard": lambda cfg, stream: _bar(cfg, stream, "orchard"),
+    }
     unknown = set(methods) - set(runners)
     if unknown:
         raise ValueError(f"unknown methods: {sorted(unknown)}")
@@ -389,7 +402,7 @@ def plot_results(results: list[MethodResult], path: Path, title: str = "") -> No
         ("balanced share of useful groups", [r.balanced_share for r in results]),
         ("simulated seconds per useful group", [r.wall_per_useful for r in results]),
     ]
-    colors = ["#888888", "#4c72b0", "#55a868"]
+    colors = ["#888888", "#4c72b0", "#55a868", "#dd8452"]
     fig, axes = plt.subplots(1, 4, figsize=(12, 3.2))
     for ax, (label, values) in zip(axes, panels, strict=True):
         bars = ax.bar(names, values, color=colors[: len(names)])

@@ -709,6 +709,7 @@ class GrpoRunConfig:
     stride: int = 4
     p_min: float = 0.25
     p_max: float = 0.75
+    bar_profile: str = "reference"
     eligible: tuple[str, ...] = attrs.field(default=("completed", "truncated"),
                                             converter=_tuple_of_str)  # fmt: skip
     drop_uniform: bool = True
@@ -733,9 +734,17 @@ class GrpoRunConfig:
 
     def bar_config(self) -> BarConfig:
         """BAR's configuration."""
-        return BarConfig(n=self.n, n_max=self.n_max, stride=self.stride, p_min=self.p_min,
-                         p_max=self.p_max,
-                         eligible=frozenset(Status(s) for s in self.eligible))  # fmt: skip
+        if self.bar_profile not in ("reference", "orchard"):
+            raise ValueError(f"bar_profile must be reference or orchard, not {self.bar_profile!r}")
+        return BarConfig(
+            n=self.n,
+            n_max=self.n_max,
+            stride=self.stride,
+            p_min=self.p_min,
+            p_max=self.p_max,
+            profile="orchard" if self.bar_profile == "orchard" else "reference",
+            eligible=frozenset(Status(s) for s in self.eligible),
+        )
 
     def filters(self) -> list[GroupFilter]:
         """BAR's group filters, in order."""
