@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import json
 import os
@@ -9,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -22,6 +24,14 @@ import pytest
 # test image built by infra/images/build (bash, git, python3 like the host).
 IMAGES = {"local": "host", "docker": "orchard-test/debian", "kubernetes": "orchard-test/debian"}
 BUSYBOX_IMAGE = "orchard-test/busybox"
+# The local backend's image store every test server shares (see RunningServer.start).
+TEST_IMAGE_STORE = Path(
+    os.environ.get("ORCHARD_TEST_IMAGE_STORE", "/var/tmp/orchard-test-image-store")
+)
+# What infra/images/build leaves besides Docker images: saved archives, rootfs trees.
+ROOTFS_ARCHIVES = Path("/var/tmp/orchard-images")
+# Where pytest's tmp_path directories live (this user's, mode 0700).
+PYTEST_TEMP = Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}"
 SETUP_HINT = (
     "run `bash scripts/test.sh` once (it starts dockerd, builds the test images and brings "
     "up the test cluster)"
@@ -56,6 +66,22 @@ def docker(*args: str, check: bool = True) -> str:
     if check and done.returncode != 0:
         raise RuntimeError(f"docker {' '.join(args)}: {done.stderr.strip()}")
     return done.stdout.strip()
+
+
+def import_into_test_store(*images: str) -> None:
+    """Put Docker engine ``images`` into the test servers' shared image store (once: an
+    image the store holds already is left alone)."""
+    from orchard_env_server.images import ImageStore
+
+    store = ImageStore(TEST_IMAGE_STORE)
+    missing = [image for image in images if store.resolve(image) is None]
+    if not missing:
+        return
+    TEST_IMAGE_STORE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=TEST_IMAGE_STORE.parent) as scratch:
+        archive = Path(scratch) / "images.tar"
+        docker("save", "-o", str(archive), *missing)
+        store.import_archive(archive)
 
 
 def require_backend(name: str) -> None:
@@ -162,6 +188,21 @@ def backend_is_slow(server: RunningServer) -> bool:
     return server.backend == "kubernetes"
 
 
+def check_tool_protocol(messages: list[dict[str, Any]], *, open_end: bool = False) -> None:
+    """Every tool call in a trajectory is answered by a tool message with its id, before
+    the next turn. With ``open_end`` the last turn's calls may stay unanswered (mini
+    submits from inside a command, so its submitting call never gets an observation)."""
+    pending: set[str] = set()
+    for message in messages:
+        if message["role"] == "tool":
+            assert message["tool_call_id"] in pending
+            pending.discard(message["tool_call_id"])
+            continue
+        assert not pending, f"unanswered tool calls {pending}"
+        pending.update(call["id"] for call in message.get("tool_calls") or [])
+    assert open_end or not pending
+
+
 def create_ready(url: str, body: dict[str, object]) -> dict[str, object]:
     """POST /sandboxes, then wait for it when the backend answered ``pending`` (pods take
     a few seconds; local and Docker sandboxes are usually ready in the answer)."""
@@ -211,6 +252,14 @@ class RunningServer:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHARD_ENV_")}
         if self.api_keys:
             env["ORCHARD_ENV_API_KEYS"] = self.api_keys
+        # Local servers share one image store (imported once a session) and pull nothing:
+        # no test may reach a public registry.
+        env["ORCHARD_ENV_IMAGE_STORE"] = str(TEST_IMAGE_STORE)
+        env["ORCHARD_ENV_IMAGE_PULL"] = "never"
+        # Root filesystems tests make (under pytest's temporary dirs, root's own) and those
+        # the image build leaves (the harnesses' tree) may be named by path; nothing else.
+        allowed = [d for d in (PYTEST_TEMP, ROOTFS_ARCHIVES) if d.is_dir()]
+        env["ORCHARD_ENV_LOCAL_ROOTFS_DIRS"] = ",".join(map(str, allowed))
         env.update(self.env)
         argv = [
             sys.executable, "-m", "orchard_env_server.cli", "serve",

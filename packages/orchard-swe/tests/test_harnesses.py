@@ -35,7 +35,7 @@ from orchard_swe.replay import (
     mini_action,
 )
 from orchard_swe.trajectory import append_jsonl, from_mini_traj, read_jsonl
-from orchard_testing import RunningServer
+from orchard_testing import RunningServer, check_tool_protocol
 
 integration = pytest.mark.integration
 fast = pytest.mark.fast
@@ -154,24 +154,6 @@ def sandbox(local_server: RunningServer) -> Iterator[Sandbox]:
         yield box
 
 
-def _check_tool_protocol(messages: list[dict[str, Any]], *, open_end: bool = False) -> None:
-    """Every tool call is answered by a tool message with its id, before the next turn.
-
-    With ``open_end`` the last turn's calls may stay unanswered (mini submits from inside a
-    command, so its submitting call never gets an observation).
-    """
-    pending: set[str] = set()
-    for message in messages:
-        if message["role"] == "tool":
-            assert message["tool_call_id"] in pending
-            pending.discard(message["tool_call_id"])
-            continue
-        assert not pending, f"unanswered tool calls {pending}"
-        for call in message.get("tool_calls") or []:
-            pending.add(call["id"])
-    assert open_end or not pending
-
-
 # ---------------------------------------------------------------- tools harness
 
 
@@ -195,7 +177,7 @@ async def test_tools_gold_script_gives_exactly_the_gold_patch(
     assert traj.tools == TOOLS
     assert [m["role"] for m in traj.messages[:2]] == ["system", "user"]
     assert PROBLEM in traj.messages[1]["content"] and REPO in traj.messages[1]["content"]
-    _check_tool_protocol(traj.messages)
+    check_tool_protocol(traj.messages)
     # the trajectory survives JSON lines, and replays to the same patch
     append_jsonl(tmp_path / "t.jsonl", traj)
     (again,) = read_jsonl(tmp_path / "t.jsonl")
@@ -257,7 +239,7 @@ async def test_tools_malformed_calls_get_error_messages(
     model_server.add("tools-malformed", script)
     traj = await run_tools_agent(asandbox, PROBLEM, model=model, instance_id="tools-malformed")
     assert traj.metadata.exit_status == "submitted"
-    _check_tool_protocol(traj.messages)
+    check_tool_protocol(traj.messages)
     results = [m["content"] for m in traj.messages if m["role"] == "tool"]
     assert "not valid JSON" in results[0]
     assert "must be a JSON object" in results[1]
@@ -567,7 +549,7 @@ def test_mini_tool_calling_config(
     assert traj.metadata.final_output == gold_patch
     assert [t["function"]["name"] for t in traj.tools] == ["bash"]
     assert all(m.get("tool_calls") for m in traj.assistant_messages())
-    _check_tool_protocol(traj.messages, open_end=True)
+    check_tool_protocol(traj.messages, open_end=True)
     assert model_server.requests[-1].tools == ["bash"]
 
 

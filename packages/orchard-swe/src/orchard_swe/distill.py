@@ -11,7 +11,7 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,7 +24,7 @@ from orchard_env_client.llm import ModelConfig
 from .environment import prepare
 from .grading import grade
 from .tasks import Task
-from .trajectory import Trajectory, TrajectoryMetadata, append_jsonl, read_jsonl
+from .trajectory import Trajectory, TrajectoryMetadata, append_jsonl, error_status, read_jsonl
 
 Harness = Literal["mini", "tools"]
 TRAJECTORIES = "trajectories.jsonl"
@@ -84,42 +84,96 @@ async def _run_harness(
     return await asyncio.to_thread(in_thread)
 
 
-def _failed_trajectory(task: Task, attempt: int, config: DistillConfig, error: str) -> Trajectory:
+def failed_trajectory(task: Task, attempt: int, harness: str, model: str, error: str) -> Trajectory:
+    """The record of an attempt that could not run: no messages, verdict ``error``."""
     now = time.time()
-    return Trajectory(
-        messages=[],
-        tools=[],
-        metadata=TrajectoryMetadata(
-            task_id=task.instance_id, recipe="swe", harness=config.harness,
-            model=config.model.model, attempt=attempt, exit_status="error", started_at=now,
-            finished_at=now, error=error, verdict="error",
-        ),
-    )  # fmt: skip
+    metadata = TrajectoryMetadata(
+        task_id=task.instance_id,
+        recipe="swe",
+        harness=harness,
+        model=model,
+        attempt=attempt,
+        exit_status=error_status(error),
+        started_at=now,
+        finished_at=now,
+        error=error,
+        verdict="error",
+    )
+    return Trajectory(messages=[], tools=[], metadata=metadata)
+
+
+HarnessRun = Callable[[AsyncSandbox, str], Awaitable[Trajectory]]
+"""A harness episode: given the prepared sandbox and its repository dir, the trajectory."""
+
+
+async def graded_attempt(
+    client: AsyncSandboxClient,
+    task: Task,
+    attempt: int,
+    run: HarnessRun,
+    *,
+    harness: str,
+    model: str,
+    backend: str | None = None,
+    default_image: str | None = None,
+    grade_it: bool = True,
+    labels: Mapping[str, str] | None = None,
+) -> Trajectory:
+    """One episode of any harness in a fresh sandbox, then graded in another.
+
+    Errors preparing the sandbox or inside the harness become the record (verdict
+    ``error``), never lost; the sandbox is deleted either way.
+    """
+    try:
+        sandbox, spec = await prepare(
+            client,
+            task,
+            backend=backend,
+            default_image=default_image,
+            labels={"orchard-swe-role": "rollout", **(labels or {})},
+            hide_history=True,
+        )
+    except Exception as exc:  # recorded as the attempt's result, never lost
+        return failed_trajectory(task, attempt, harness, model, f"environment: {exc}")
+    try:
+        trajectory = await run(sandbox, spec.repo_dir)
+    except Exception as exc:  # a harness crash is a result too
+        error = f"harness: {type(exc).__name__}: {exc}"
+        return failed_trajectory(task, attempt, harness, model, error)
+    finally:
+        await sandbox.delete()
+    if grade_it:
+        result = await grade(
+            client,
+            task,
+            trajectory.metadata.final_output,
+            backend=backend,
+            default_image=default_image,
+        )
+        trajectory.metadata.verdict = result.status
+        trajectory.metadata.extra["grading"] = result.to_dict()
+    return trajectory
 
 
 async def run_attempt(
     client: AsyncSandboxClient, task: Task, attempt: int, config: DistillConfig
 ) -> Trajectory:
-    """One episode in a fresh sandbox, then graded in another; errors become the record."""
-    try:
-        sandbox, spec = await prepare(
-            client, task, backend=config.backend, default_image=config.default_image,
-            labels={"orchard-swe-role": "rollout"}, hide_history=True,
-        )  # fmt: skip
-    except Exception as exc:  # recorded as the attempt's result, never lost
-        return _failed_trajectory(task, attempt, config, f"environment: {exc}")
-    try:
-        trajectory = await _run_harness(client, sandbox, task, attempt, spec.repo_dir, config)
-    except Exception as exc:  # a harness crash is a result too
-        return _failed_trajectory(task, attempt, config, f"harness: {type(exc).__name__}: {exc}")
-    finally:
-        await sandbox.delete()
-    if config.grade:
-        result = await grade(client, task, trajectory.metadata.final_output,
-                             backend=config.backend, default_image=config.default_image)  # fmt: skip
-        trajectory.metadata.verdict = result.status
-        trajectory.metadata.extra["grading"] = result.to_dict()
-    return trajectory
+    """One episode of ``config.harness`` in a fresh sandbox, then graded (:func:`graded_attempt`)."""
+
+    async def run(sandbox: AsyncSandbox, repo_dir: str) -> Trajectory:
+        return await _run_harness(client, sandbox, task, attempt, repo_dir, config)
+
+    return await graded_attempt(
+        client,
+        task,
+        attempt,
+        run,
+        harness=config.harness,
+        model=config.model.model,
+        backend=config.backend,
+        default_image=config.default_image,
+        grade_it=config.grade,
+    )
 
 
 async def distill(

@@ -47,6 +47,7 @@ __all__ = [
     "TinyLLMServer",
     "ensure_llm_venv",
     "ensure_train_venv",
+    "exclusive_lock",
     "server_script",
     "smollm2_gguf",
     "venv_key",
@@ -260,7 +261,9 @@ def _build(target: Path, requirements: Sequence[str]) -> None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the block: builders
+    of one venv take turns."""
     with open(path, "a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -290,7 +293,7 @@ def ensure_llm_venv(requirements: Sequence[str] = LLM_REQUIREMENTS) -> Path:
             "the wheel, or put it there."
         )
     root.mkdir(parents=True, exist_ok=True)
-    with _locked(root / f".{target.name}.lock"):
+    with exclusive_lock(root / f".{target.name}.lock"):
         if _is_complete(target):  # built by someone else while we waited
             return _venv_python(target)
         _log(f"building the tiny-LLM venv at {target} (key of {len(requirements)} pins)")
@@ -367,7 +370,7 @@ def smollm2_gguf() -> Path:
     if target.is_file():
         return target
     cache.mkdir(parents=True, exist_ok=True)
-    with _locked(cache.parent / f".{cache.name}.lock"):
+    with exclusive_lock(cache.parent / f".{cache.name}.lock"):
         if target.is_file():
             return target
         with tempfile.TemporaryDirectory(prefix=".download-", dir=cache) as tmp:

@@ -33,6 +33,7 @@ from orchard_env_client.trajectory import (
 __all__ = [
     "COST_LIMIT",
     "FORMAT_ERROR",
+    "MESSAGE_KEYS",
     "SCHEMA",
     "STEP_LIMIT",
     "SUBMITTED",
@@ -50,7 +51,7 @@ __all__ = [
 COST_LIMIT: Final = "cost_limit"
 """SWE's own exit status: the episode's model spend reached its limit."""
 
-_MESSAGE_KEYS: Final = (
+MESSAGE_KEYS: Final = (
     "role",
     "content",
     "tool_calls",
@@ -58,6 +59,7 @@ _MESSAGE_KEYS: Final = (
     "name",
     "reasoning_content",
 )
+"""The chat-message fields a SWE trajectory keeps, in order (``role`` and ``content`` first)."""
 
 
 # ---------------------------------------------------------------- mini-swe-agent
@@ -108,7 +110,7 @@ def _normalise_tool_calls(calls: Any) -> list[dict[str, Any]] | None:
 
 def _openai_message(msg: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key in _MESSAGE_KEYS:
+    for key in MESSAGE_KEYS:
         value = msg.get(key)
         if key == "tool_calls":
             value = _normalise_tool_calls(value)

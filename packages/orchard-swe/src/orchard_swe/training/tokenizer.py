@@ -198,7 +198,7 @@ def gguf_tokenizer_dir(gguf: str | os.PathLike[str], cache_root: Path | None = N
     The conversion (a few seconds) runs once per GGUF file and transformers version; it is written to a temporary directory and renamed into
     place, so a half-written directory is never used.
     """
-    from ..llm_venv import _locked
+    from ..llm_venv import exclusive_lock
 
     path = Path(gguf)
     if not path.is_file():
@@ -208,7 +208,7 @@ def gguf_tokenizer_dir(gguf: str | os.PathLike[str], cache_root: Path | None = N
     if (target / _MARKER).is_file():
         return target
     root.mkdir(parents=True, exist_ok=True)
-    with _locked(root / f".{target.name}.lock"):
+    with exclusive_lock(root / f".{target.name}.lock"):
         if (target / _MARKER).is_file():
             return target
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=root))

@@ -1,0 +1,121 @@
+"""Terminal-Bench-format tasks (packages/orchard-harbor/tasks) loaded as our SWE ``Task``,
+and one run through the client in a real sandbox: the verifier fails before the oracle
+solution and passes after it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchard_env_client import AsyncSandbox, AsyncSandboxClient
+from orchard_env_client.llm import ModelConfig
+from orchard_env_client.testing import Script, ScriptedModelServer, Step, ToolCall
+from orchard_swe.harness.tools import run_tools_agent
+from orchard_swe.tasks import TaskLoadError
+from orchard_swe.terminal_bench import (
+    REPO_PREFIX,
+    TerminalBenchSpec,
+    load_task,
+    load_tasks,
+    prepare,
+    run_attempt,
+    run_oracle,
+    run_verifier,
+)
+from orchard_swe.trajectory import Trajectory
+from orchard_testing import IMAGES, RunningServer, import_into_test_store
+
+TASKS = Path(__file__).resolve().parents[2] / "orchard-harbor" / "tasks"
+
+
+@pytest.mark.fast
+def test_loads_every_task() -> None:
+    tasks = load_tasks(TASKS)
+    assert len(tasks) >= 5
+    for task in tasks:
+        spec = TerminalBenchSpec.of(task)
+        assert task.repo == REPO_PREFIX + task.instance_id
+        assert task.problem_statement == spec.instruction
+        assert task.image_name == spec.docker_image == "orchard-test/debian"
+        assert task.extra["has_oracle"]
+        assert spec.verifier_timeout_sec == 60.0
+    words = TerminalBenchSpec.of(load_task(TASKS / "word-count"))
+    assert words.environment_files == ("words.txt",)
+
+
+@pytest.mark.fast
+def test_bad_task_dirs_say_what_is_wrong(tmp_path: Path) -> None:
+    with pytest.raises(TaskLoadError, match=r"missing task\.toml"):
+        load_task(tmp_path)
+    (tmp_path / "task.toml").write_text("[environment]\n")
+    (tmp_path / "instruction.md").write_text("do it")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test.sh").write_text("true")
+    with pytest.raises(TaskLoadError, match=r"no \[environment\]\.docker_image"):
+        load_task(tmp_path)
+    with pytest.raises(TaskLoadError, match=r"no task\.toml"):
+        load_tasks(tmp_path / "tests")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ["word-count", "git-repo"])
+async def test_oracle_passes_in_a_sandbox(server: RunningServer, name: str) -> None:
+    task = load_task(TASKS / name)
+    assert task.image_name == IMAGES["docker"]
+    if server.backend == "local":
+        import_into_test_store(task.image_name)
+    async with AsyncSandboxClient(server.url) as client:
+        sandbox = await client.create_sandbox(task.image_name, block_network=True)
+        workdir = await prepare(sandbox, task)
+        assert workdir.startswith("/")
+        assert await run_verifier(sandbox, task) == 0.0  # nothing done yet
+        exit_code, output = await run_oracle(sandbox, task)
+        assert exit_code == 0, output
+        assert await run_verifier(sandbox, task) == 1.0
+
+
+FORGED = "echo 1 > /logs/verifier/reward.txt"  # the verifier must not take this
+HELLO = "mkdir -p /app && printf 'Hello, Orchard!\\n' > /app/hello.txt"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("commands", "verdict"),
+    [([HELLO], "resolved"), (["ls"], "unresolved"), ([FORGED], "unresolved")],
+    ids=["solves", "fails", "forges-a-reward"],
+)
+async def test_our_tools_harness_runs_a_terminal_bench_task(
+    server: RunningServer, commands: list[str], verdict: str
+) -> None:
+    """The tools harness, driven by a scripted model, on a Terminal-Bench task; the task's
+    own verifier decides."""
+    task = load_task(TASKS / "hello-file")
+    if server.backend == "local":
+        import_into_test_store(task.image_name or "")
+    steps = [Step(tool_calls=(ToolCall("bash", {"command": c}),)) for c in commands]
+    script = Script([*steps, Step(tool_calls=(ToolCall("submit", {}),))])
+    with ScriptedModelServer() as model_server:
+        model_server.add(f"tb-{verdict}", script)
+        model = ModelConfig(
+            model="scripted",
+            base_url=model_server.base_url,
+            api_key_env="ORCHARD_SWE_TEST_NO_KEY",
+            max_retries=0,
+        )
+
+        async def run(sandbox: AsyncSandbox, workdir: str) -> Trajectory:
+            return await run_tools_agent(
+                sandbox,
+                task.problem_statement,
+                model=model,
+                instance_id=f"tb-{verdict}",
+                repo_dir=workdir,
+            )
+
+        async with AsyncSandboxClient(server.url) as client:
+            traj = await run_attempt(client, task, run, harness="tools", model="scripted")
+    meta = traj.metadata
+    assert meta.exit_status == "submitted" and meta.error is None, meta.error
+    assert meta.verdict == verdict
+    assert meta.extra["terminal_bench"]["reward"] == (1.0 if verdict == "resolved" else 0.0)
