@@ -62,6 +62,8 @@ fi
 echo "==> pytest"
 markers=()
 if ((fast)); then markers=(-m fast); fi
+# The slowest tests, so a run that grows slow shows where the time went.
+markers+=(--durations=40)
 set +e
 uv run pytest "${markers[@]}" "$@"
 rc=$?

@@ -36,6 +36,7 @@ from typing import Any
 
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -56,6 +57,14 @@ SETTLE_LOAD_MS = 5_000
 SETTLE_IDLE_MS = 1_000
 SCREENSHOT_MS = 10_000
 SCREENSHOT_ATTEMPTS = 3
+NEW_TAB_MS = 5_000
+_OPENS_NEW_WINDOW_JS = """([x, y]) => {
+  const link = document.elementFromPoint(x, y)?.closest("a[href]");
+  const target = link ? (link.target || document.querySelector("base[target]")?.target) : "";
+  return (target || "").toLowerCase() === "_blank";
+}"""
+"""Whether a left click at (x, y) follows a link into a new tab (target=_blank; a named
+target opens one only the first time, and the settle delay covers that)."""
 _TRANSIENT_SCREENSHOT_ERRORS = ("Timeout", "Unable to capture screenshot")
 REQUEST_TIMEOUT_S = 120.0
 
@@ -329,12 +338,7 @@ class BrowserEnv:
         page = self.page
         mouse, keyboard = page.mouse, page.keyboard
         if kind == "click":
-            mouse.click(
-                action["x"],
-                action["y"],
-                button=action.get("button") or "left",
-                click_count=2 if action.get("double") else 1,
-            )
+            self._click(page, action)
         elif kind == "type":
             if action["text"]:
                 keyboard.type(action["text"])
@@ -407,6 +411,25 @@ class BrowserEnv:
             pass
         else:  # validate_action lets only known kinds through
             raise BadRequest(f"unknown action {kind!r}")
+
+    def _click(self, page: Page, action: dict[str, Any]) -> None:
+        """A mouse click; on a link that opens a new window, wait for its tab to exist, so
+        the observation shows it however slowly the browser reports it."""
+        x, y = action["x"], action["y"]
+        button = action.get("button") or "left"
+        click_count = 2 if action.get("double") else 1
+        opens_tab = False
+        if button == "left":
+            with contextlib.suppress(PlaywrightError):
+                opens_tab = bool(page.evaluate(_OPENS_NEW_WINDOW_JS, [x, y]))
+        if not opens_tab:
+            page.mouse.click(x, y, button=button, click_count=click_count)
+            return
+        try:
+            with self.context.expect_page(timeout=NEW_TAB_MS):
+                page.mouse.click(x, y, button=button, click_count=click_count)
+        except PlaywrightTimeoutError:
+            pass  # the page stopped the link itself (preventDefault): no tab to wait for
 
     @staticmethod
     def _goto(page: Page, url: str) -> None:
