@@ -289,11 +289,23 @@ def _field(data: dict[str, Any], key: str, kind: type, where: str) -> Any:
     return value
 
 
+def _larger_memory_figure(data: dict[str, Any]) -> str:
+    """Of a bench result's two per-sandbox memory figures, the key of the larger: the
+    machine's used memory counts everything but can drown a few sandboxes in other
+    processes' churn; the server tree's PSS cannot, but misses kernel memory."""
+    keys = ("per_sandbox_memory_bytes", "per_sandbox_pss_bytes")
+    numbers = {k: data[k] for k in keys if type(data.get(k)) is int}
+    if not numbers:
+        return keys[0]
+    return max(numbers, key=lambda k: numbers[k])
+
+
 def parse_bench(data: Any, where: str = "bench result") -> BenchResult:
     """One result object as written by ``bench concurrency --json``; raises CostInputError.
 
-    ``per_sandbox_rss_bytes`` may be named ``per_sandbox_memory_bytes`` (the machine's used
-    memory per sandbox); ``orchestrator_peak_rss_bytes`` may be missing or null (a bench run
+    ``per_sandbox_rss_bytes`` may be given as ``per_sandbox_memory_bytes`` (the machine's
+    used memory per sandbox) and ``per_sandbox_pss_bytes`` (the server tree's PSS per
+    sandbox), of which the larger counts; ``orchestrator_peak_rss_bytes`` may be missing or null (a bench run
     against an existing ``--url`` cannot see the orchestrator), in which case it counts as 0.
     """
     if not isinstance(data, dict):
@@ -302,8 +314,8 @@ def parse_bench(data: Any, where: str = "bench result") -> BenchResult:
     if not isinstance(machine, dict):
         raise CostInputError(f"{where}: missing object 'machine'")
     per_sandbox = "per_sandbox_rss_bytes"
-    if per_sandbox not in data and "per_sandbox_memory_bytes" in data:
-        per_sandbox = "per_sandbox_memory_bytes"
+    if per_sandbox not in data:
+        per_sandbox = _larger_memory_figure(data)
     orchestrator = "orchestrator_peak_rss_bytes"
     result = BenchResult(
         sandboxes=_field(data, "sandboxes", int, where),

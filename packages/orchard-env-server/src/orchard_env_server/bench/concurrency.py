@@ -6,7 +6,11 @@ checked), delete all. A sandbox counts as a success only if it became ready, eve
 its commands printed what it should, and it was deleted. While it runs, a sampler records
 the orchestrator's RSS, the local agent's RSS and the machine's used memory; the memory a
 sandbox costs is the machine's used memory with all N alive minus before the first create,
-divided by N (everything counted: holders or containers, agent, kernel).
+divided by N (everything counted: holders or containers, agent, kernel). Where the bench
+starts its own server, it also sums the proportional set size (PSS) of the server's
+process tree (orchestrator, agent and every process under them: on the local backend, the
+sandboxes themselves) before and after the creates: a per-sandbox figure that other
+processes' memory churn cannot hide, as it can hide a few sandboxes in the machine's total.
 """
 
 from __future__ import annotations
@@ -46,6 +50,28 @@ class MemorySampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-memory", daemon=True)
         self._t0 = time.monotonic()
+
+    def tree_pss_bytes(self) -> int | None:
+        """The summed PSS of the sampled processes and all their descendants; None when
+        there are none or one cannot be read."""
+        if not self._procs:
+            return None
+        seen: dict[int, psutil.Process] = {}
+        try:
+            for proc in self._procs.values():
+                seen[proc.pid] = proc
+                seen.update((child.pid, child) for child in proc.children(recursive=True))
+        except psutil.Error:
+            return None
+        total = 0
+        for proc in seen.values():
+            try:
+                total += proc.memory_full_info().pss
+            except psutil.NoSuchProcess:
+                continue  # a process that ended meanwhile costs nothing now
+            except (psutil.Error, AttributeError):
+                return None
+        return total
 
     @staticmethod
     def used_bytes() -> int:
@@ -109,6 +135,7 @@ async def _run(
             await stack.enter_async_context(c)
         client = clients[0]
         used_before = MemorySampler.used_bytes()
+        pss_before = sampler.tree_pss_bytes() if sampler is not None else None
         t_create = progress.add_task("create → ready", total=sandboxes)
 
         async def create(i: int) -> None:
@@ -128,6 +155,7 @@ async def _run(
         if sampler is not None:
             sampler.sample()
         used_full = MemorySampler.used_bytes()
+        pss_full = sampler.tree_pss_bytes() if sampler is not None else None
 
         t_exec = progress.add_task("commands", total=sandboxes * commands)
 
@@ -178,6 +206,8 @@ async def _run(
         "phases": phases,
         "used_before": used_before,
         "used_full": used_full,
+        "pss_before": pss_before,
+        "pss_full": pss_full,
         "leftover": len(leftover),
     }
 
@@ -243,6 +273,9 @@ def bench_concurrency(
         "memory_used_all_alive_bytes": raw["used_full"],
         "per_sandbox_memory_bytes": max(0, raw["used_full"] - raw["used_before"])
         // max(1, succeeded),
+        "per_sandbox_pss_bytes": (raw["pss_full"] - raw["pss_before"]) // max(1, succeeded)
+        if raw["pss_before"] is not None and raw["pss_full"] is not None
+        else None,
         "peak_rss_bytes": sampler.peak_rss,
         "orchestrator_peak_rss_bytes": sampler.peak_rss.get("orchestrator"),
         "sandboxes_left_after_delete": raw["leftover"],
@@ -278,6 +311,13 @@ def print_concurrency(results: dict[str, Any], out: Console | None = None) -> No
         ("memory per sandbox (machine's used memory)",
          f"{results['per_sandbox_memory_bytes'] / mib:.2f} MiB"),
     ]  # fmt: skip
+    if results.get("per_sandbox_pss_bytes") is not None:
+        rows.append(
+            (
+                "memory per sandbox (PSS of the server's process tree)",
+                f"{results['per_sandbox_pss_bytes'] / mib:.2f} MiB",
+            )
+        )
     for name, rss in results["peak_rss_bytes"].items():
         rows.append((f"peak RSS of the {name}", f"{rss / mib:.0f} MiB"))
     rows.append(("sandboxes left after delete", str(results["sandboxes_left_after_delete"])))
