@@ -234,7 +234,6 @@ def test_bench_field_names_of_the_concurrency_bench_are_accepted(tmp_path):
     assert bench.orchestrator_peak_rss_bytes == 0
 
 
-
 @pytest.mark.parametrize(
     ("machine", "pss", "counted"),
     [(0, 3 * 2**20, 3 * 2**20), (5 * 2**20, 2 * 2**20, 5 * 2**20), (4 * 2**20, None, 4 * 2**20)],
@@ -245,6 +244,7 @@ def test_the_larger_of_the_benchs_two_memory_figures_counts(tmp_path, machine, p
     data = bench_json(per_sandbox_memory_bytes=machine, per_sandbox_pss_bytes=pss)
     del data["per_sandbox_rss_bytes"]
     assert load_bench(write(tmp_path, data)).per_sandbox_rss_bytes == counted
+
 
 @pytest.mark.parametrize(
     ("content", "message"),
