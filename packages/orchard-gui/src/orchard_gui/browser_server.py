@@ -32,7 +32,7 @@ import threading
 import time
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
@@ -416,7 +416,7 @@ class BrowserEnv:
         """A mouse click; on a link that opens a new window, wait for its tab to exist, so
         the observation shows it however slowly the browser reports it."""
         x, y = action["x"], action["y"]
-        button = action.get("button") or "left"
+        button: Literal["left", "middle", "right"] = action.get("button") or "left"
         click_count = 2 if action.get("double") else 1
         opens_tab = False
         if button == "left":
