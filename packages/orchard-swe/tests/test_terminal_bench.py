@@ -4,6 +4,8 @@ solution and passes after it."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -119,3 +121,47 @@ async def test_our_tools_harness_runs_a_terminal_bench_task(
     assert meta.exit_status == "submitted" and meta.error is None, meta.error
     assert meta.verdict == verdict
     assert meta.extra["terminal_bench"]["reward"] == (1.0 if verdict == "resolved" else 0.0)
+
+
+def _write_task(root: Path, task_toml: str, test_sh: str) -> Path:
+    task = root / "env-task"
+    (task / "tests").mkdir(parents=True)
+    (task / "task.toml").write_text(task_toml)
+    (task / "instruction.md").write_text("Nothing to do.\n")
+    (task / "tests" / "test.sh").write_text(test_sh)
+    return task
+
+
+@pytest.mark.integration
+async def test_the_tasks_env_workdir_and_agent_timeout_apply(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    """``[environment] env`` and ``workdir`` hold for the harness's commands; a harness
+    running past ``[agent] timeout_sec`` is cut off, recorded as ``time_limit``, and the
+    verifier still judges what it left."""
+    task_dir = _write_task(
+        tmp_path,
+        f'[environment]\ndocker_image = "{IMAGES["docker"]}"\nworkdir = "/srv"\n'
+        '[environment.env]\nGREETING = "hi"\n[agent]\ntimeout_sec = 3.0\n'
+        "[verifier]\ntimeout_sec = 30.0\n",
+        '#!/bin/bash\n[ "$(cat /srv/seen.txt)" = "hi /srv" ] && echo 1 > /logs/verifier/reward.txt'
+        " || echo 0 > /logs/verifier/reward.txt\n",
+    )
+    task = load_task(task_dir)
+    if server.backend == "local":
+        import_into_test_store(task.image_name or "")
+
+    async def run(sandbox: AsyncSandbox, workdir: str) -> Trajectory:
+        assert workdir == "/srv"
+        job = await sandbox.exec('echo "$GREETING $PWD" > seen.txt', timeout=30)
+        assert job.exit_code == 0, job.stderr
+        await asyncio.sleep(600)  # a harness that would run on and on
+        raise AssertionError("not cut off")
+
+    started = time.monotonic()
+    async with AsyncSandboxClient(server.url) as client:
+        traj = await run_attempt(client, task, run, harness="tools", model="none")
+    assert time.monotonic() - started < 120
+    meta = traj.metadata
+    assert meta.exit_status == "time_limit" and "timeout_sec (3 s)" in (meta.error or "")
+    assert meta.verdict == "resolved", meta.extra

@@ -21,6 +21,7 @@ store of a non-Docker Orchard backend cannot build one (docs/harbor.md).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -36,7 +37,7 @@ from orchard_env_client import AsyncSandbox, AsyncSandboxClient
 
 from .distill import HarnessRun, failed_trajectory
 from .tasks import Task, TaskLoadError
-from .trajectory import Trajectory
+from .trajectory import TIME_LIMIT, Trajectory
 
 VERIFIER_LOGS = "/logs/verifier"
 AGENT_LOGS = "/logs/agent"
@@ -255,18 +256,26 @@ async def run_attempt(
 ) -> Trajectory:
     """One episode of any of our harnesses on a Terminal-Bench task, verified like Harbor.
 
-    A fresh sandbox of the task's image is set up with :func:`prepare`; ``run`` gets it and
-    the working directory (as a SWE harness gets the repository); then the task's verifier
-    runs in the same sandbox. The verdict is ``resolved`` at reward 1, else ``unresolved``
-    (``extra["terminal_bench"]["reward"]`` holds the reward); an environment failure or a
-    harness crash is the record, verdict ``error``. The sandbox is deleted either way.
+    A fresh sandbox of the task's image, with the task's ``[environment]`` ``env`` and
+    ``workdir`` for every command, is set up with :func:`prepare`; ``run`` gets it and the
+    working directory (as a SWE harness gets the repository) for at most the task's
+    ``[agent] timeout_sec``; then the task's verifier runs in the same sandbox, as Harbor
+    runs it after an agent timeout too. The verdict is ``resolved`` at reward 1, else
+    ``unresolved`` (``extra["terminal_bench"]["reward"]`` holds the reward); an environment
+    failure or a harness crash is the record, verdict ``error``; an agent cut off at the
+    timeout is recorded with ``exit_status`` ``time_limit`` and still verified. The sandbox
+    is deleted either way.
     """
     if not task.image_name:
         error = "environment: the task names only a Dockerfile; build it and set docker_image"
         return failed_trajectory(task, attempt, harness, model, error)
+    spec = TerminalBenchSpec.of(task)
     try:
         sandbox = await client.create_sandbox(
-            task.image_name, labels={"orchard-swe-role": "terminal-bench"}
+            task.image_name,
+            labels={"orchard-swe-role": "terminal-bench"},
+            env=dict(spec.env) or None,
+            workdir=spec.workdir,
         )
     except Exception as exc:  # recorded as the attempt's result, never lost
         return failed_trajectory(task, attempt, harness, model, f"environment: {exc}")
@@ -276,7 +285,11 @@ async def run_attempt(
         except Exception as exc:
             return failed_trajectory(task, attempt, harness, model, f"environment: {exc}")
         try:
-            trajectory = await run(sandbox, workdir)
+            trajectory = await asyncio.wait_for(run(sandbox, workdir), spec.agent_timeout_sec)
+        except TimeoutError:
+            error = f"agent: cut off at the task's timeout_sec ({spec.agent_timeout_sec:g} s)"
+            trajectory = failed_trajectory(task, attempt, harness, model, error)
+            trajectory.metadata.exit_status = TIME_LIMIT
         except Exception as exc:  # a harness crash is a result too
             error = f"harness: {type(exc).__name__}: {exc}"
             return failed_trajectory(task, attempt, harness, model, error)
