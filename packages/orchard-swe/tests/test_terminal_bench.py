@@ -5,6 +5,7 @@ solution and passes after it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import pytest
 from orchard_env_client import AsyncSandbox, AsyncSandboxClient
 from orchard_env_client.llm import ModelConfig
 from orchard_env_client.testing import Script, ScriptedModelServer, Step, ToolCall
+from orchard_swe.cli import main
+from orchard_swe.distill import TRAJECTORIES
 from orchard_swe.harness.tools import run_tools_agent
 from orchard_swe.tasks import TaskLoadError
 from orchard_swe.terminal_bench import (
@@ -25,7 +28,7 @@ from orchard_swe.terminal_bench import (
     run_oracle,
     run_verifier,
 )
-from orchard_swe.trajectory import Trajectory
+from orchard_swe.trajectory import Trajectory, read_jsonl
 from orchard_testing import IMAGES, RunningServer, import_into_test_store
 
 TASKS = Path(__file__).resolve().parents[2] / "orchard-harbor" / "tasks"
@@ -165,3 +168,32 @@ async def test_the_tasks_env_workdir_and_agent_timeout_apply(
     meta = traj.metadata
     assert meta.exit_status == "time_limit" and "timeout_sec (3 s)" in (meta.error or "")
     assert meta.verdict == "resolved", meta.extra
+
+
+@pytest.mark.integration
+def test_distill_runs_terminal_bench_tasks(
+    server: RunningServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``orchard-swe distill --tasks DIR`` takes Terminal-Bench task directories: each
+    attempt is verified by the task's own tests (hello-file solved, word-count not)."""
+    if server.backend == "local":
+        import_into_test_store(IMAGES["docker"])
+    bash = [Step(tool_calls=(ToolCall("bash", {"command": HELLO}),))]
+    submit = [Step(tool_calls=(ToolCall("submit", {}),))]
+    with ScriptedModelServer() as model:
+        model.add("hello-file", Script([*bash, *submit]))
+        model.add("word-count", Script(submit))
+        code = main(["distill", "--harness", "tools", "--model", "scripted", "--base-url",
+                     model.base_url, "--tasks", str(TASKS), "--ids", "hello-file", "word-count",
+                     "--out", str(tmp_path / "run"), "--url", server.url])  # fmt: skip
+    assert code == 0
+    verdicts = {
+        t.metadata.task_id: t.metadata.verdict for t in read_jsonl(tmp_path / "run" / TRAJECTORIES)
+    }
+    assert verdicts == {"hello-file": "resolved", "word-count": "unresolved"}
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["resolved"] == 1 and summary["attempts"] == 2
+    capsys.readouterr()
+    assert main(["distill", "--harness", "tools", "--model", "m", "--tasks", str(TASKS),
+                 "--ids", "nope", "--out", str(tmp_path / "x"), "--url", server.url]) == 2  # fmt: skip
+    assert "unknown task 'nope'" in capsys.readouterr().err

@@ -38,6 +38,22 @@ def _service_args(parser: argparse.ArgumentParser) -> None:
                         help="sandbox image for repository tasks (default: host / orchard-test/debian)")  # fmt: skip
 
 
+def _distill_tasks(source: str, ids: list[str] | None) -> list[Task]:
+    """SWE tasks, or Terminal-Bench task directories (see ``orchard_swe.terminal_bench``)."""
+    from . import terminal_bench
+
+    if not terminal_bench.is_task_tree(source):
+        return load_tasks(source, ids=ids)
+    tasks = terminal_bench.load_tasks(source)
+    if ids is None:
+        return tasks
+    by_id = {t.instance_id: t for t in tasks}
+    unknown = [i for i in ids if i not in by_id]
+    if unknown:
+        raise TaskLoadError(source, [f"unknown task {i!r}" for i in unknown])
+    return [by_id[i] for i in ids]
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="orchard-swe", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -52,7 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     _service_args(g)
 
     d = sub.add_parser("distill", help="run a harness on tasks K times, grade, write JSONL")
-    d.add_argument("--tasks", default=BUILTIN)
+    d.add_argument("--tasks", default=BUILTIN,
+                   help="task file/dataset, 'builtin', or a Terminal-Bench task directory "
+                        "(or a directory of them), verified by each task's own tests")  # fmt: skip
     d.add_argument("--ids", nargs="*", default=None, help="only these instance ids")
     d.add_argument("--harness", choices=["mini", "tools"], required=True)
     d.add_argument("--model", required=True)
@@ -195,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "distill":
             from .distill import DistillConfig, distill
 
-            tasks = load_tasks(args.tasks, ids=args.ids)
+            tasks = _distill_tasks(args.tasks, args.ids)
             model = ModelConfig(model=args.model, base_url=args.base_url,
                                 api_key_env=args.api_key_env)  # fmt: skip
             config = DistillConfig(harness=args.harness, model=model, out_dir=args.out,

@@ -158,10 +158,19 @@ async def graded_attempt(
 async def run_attempt(
     client: AsyncSandboxClient, task: Task, attempt: int, config: DistillConfig
 ) -> Trajectory:
-    """One episode of ``config.harness`` in a fresh sandbox, then graded (:func:`graded_attempt`)."""
+    """One episode of ``config.harness`` in a fresh sandbox, then graded (:func:`graded_attempt`);
+    a Terminal-Bench task is set up and verified by its own tests instead
+    (:func:`orchard_swe.terminal_bench.run_attempt`)."""
 
     async def run(sandbox: AsyncSandbox, repo_dir: str) -> Trajectory:
         return await _run_harness(client, sandbox, task, attempt, repo_dir, config)
+
+    from . import terminal_bench  # it builds on this module
+
+    if terminal_bench.is_terminal_bench_task(task):
+        return await terminal_bench.run_attempt(
+            client, task, run, harness=config.harness, model=config.model.model, attempt=attempt
+        )
 
     return await graded_attempt(
         client,

@@ -147,6 +147,21 @@ def load_task(task_dir: str | Path) -> Task:
     )
 
 
+def is_task_tree(path: str | Path) -> bool:
+    """Whether ``path`` is a Terminal-Bench task directory or a directory of them."""
+    root = Path(path)
+    if not root.is_dir():
+        return False
+    return (root / "task.toml").is_file() or any(
+        (child / "task.toml").is_file() for child in root.iterdir()
+    )
+
+
+def is_terminal_bench_task(task: Task) -> bool:
+    """Whether ``task`` came from :func:`load_task`."""
+    return "terminal_bench" in task.extra
+
+
 def load_tasks(path: str | Path) -> list[Task]:
     """One task directory, or a directory of them (each with a ``task.toml``)."""
     root = Path(path)
