@@ -162,8 +162,14 @@ def agent_pid(server: RunningServer, sandbox_id: str) -> int:
     from orchard_env_server.backends.kubernetes_spec import object_name
 
     pod = object_name(sandbox_id)
-    ids = docker("ps", "-q", "--filter", f"label=io.kubernetes.pod.name={pod}",
-                 "--filter", "label=io.kubernetes.container.name=sandbox")  # fmt: skip
+    ids = docker(
+        "ps",
+        "-q",
+        "--filter",
+        f"label=io.kubernetes.pod.name={pod}",
+        "--filter",
+        "label=io.kubernetes.container.name=sandbox",
+    )
     return int(docker("inspect", "-f", "{{.State.Pid}}", ids.split()[0]))
 
 
@@ -262,18 +268,29 @@ class RunningServer:
         env["ORCHARD_ENV_LOCAL_ROOTFS_DIRS"] = ",".join(map(str, allowed))
         env.update(self.env)
         argv = [
-            sys.executable, "-m", "orchard_env_server.cli", "serve",
-            "--backend", self.backend, "--port", str(self.port),
-            "--state-dir", str(self.state_dir), *extra,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "orchard_env_server.cli",
+            "serve",
+            "--backend",
+            self.backend,
+            "--port",
+            str(self.port),
+            "--state-dir",
+            str(self.state_dir),
+            *extra,
+        ]
         if self.backend == "kubernetes":
             ensure_namespace(self.namespace)
             argv += [
-                "--kubeconfig", str(self.kubeconfig or cluster_env()["KUBECONFIG"]),
-                "--namespace", self.namespace,
-                "--image-pull-policy", "Never",  # nothing may be pulled here
+                "--kubeconfig",
+                str(self.kubeconfig or cluster_env()["KUBECONFIG"]),
+                "--namespace",
+                self.namespace,
+                "--image-pull-policy",
+                "Never",  # nothing may be pulled here
                 "--delete-sandboxes-on-exit",  # like the other backends, for leftovers()
-            ]  # fmt: skip
+            ]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env)
         deadline = time.monotonic() + 60
@@ -312,8 +329,13 @@ class ThreadedApp:
     def __init__(self, app: object, port: int) -> None:
         import uvicorn
 
-        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",  # type: ignore[arg-type]
-                                timeout_graceful_shutdown=1)  # fmt: skip
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",  # type: ignore[arg-type]
+            timeout_graceful_shutdown=1,
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

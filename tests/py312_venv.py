@@ -40,8 +40,11 @@ def _version(python: str) -> tuple[int, int] | None:
     try:
         out = subprocess.run(
             [python, "-c", "import sys; print('%d %d' % sys.version_info[:2])"],
-            capture_output=True, text=True, timeout=60, check=True,
-        ).stdout.split()  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout.split()
     except (OSError, subprocess.SubprocessError):
         return None
     return (int(out[0]), int(out[1])) if len(out) == 2 else None
@@ -50,11 +53,18 @@ def _version(python: str) -> tuple[int, int] | None:
 def find_python312() -> str:
     """A CPython 3.12 or newer on this machine: `$ORCHARD_PY312`, uv's, pyenv's or the system's."""
     candidates = [os.environ.get("ORCHARD_PY312", "")]
-    found = subprocess.run(["uv", "python", "find", "--no-python-downloads", ">=3.12"],
-                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    found = subprocess.run(
+        ["uv", "python", "find", "--no-python-downloads", ">=3.12"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     candidates.append(found.stdout.strip() if found.returncode == 0 else "")
-    for pattern in ("~/.pyenv/versions/3.1[2-9]*/bin/python3", "/usr/bin/python3.1[2-9]",
-                    "/usr/local/bin/python3.1[2-9]"):  # fmt: skip
+    for pattern in (
+        "~/.pyenv/versions/3.1[2-9]*/bin/python3",
+        "/usr/bin/python3.1[2-9]",
+        "/usr/local/bin/python3.1[2-9]",
+    ):
         candidates += sorted(glob.glob(os.path.expanduser(pattern)))
     for candidate in candidates:
         version = _version(candidate) if candidate else None
@@ -82,8 +92,14 @@ def _key(requirements: Sequence[str], editable: Sequence[Path]) -> str:
 def _run(cmd: list[str], what: str) -> None:
     print(f"[orchard-py312-venv] {what}", file=sys.stderr, flush=True)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT")}
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=env, timeout=_INSTALL_TIMEOUT_S)  # fmt: skip
+    proc = subprocess.run(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        timeout=_INSTALL_TIMEOUT_S,
+    )
     if proc.returncode != 0:
         tail = "\n".join(proc.stdout.splitlines()[-40:])
         raise Py312Error(f"{what} failed (exit {proc.returncode}):\n{tail}")

@@ -20,8 +20,11 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def keyed_server(backend, tmp_path_factory):
-    srv = RunningServer(backend=backend, state_dir=tmp_path_factory.mktemp("auth") / "s",
-                        api_keys="alice:key-a,bob:key-b")  # fmt: skip
+    srv = RunningServer(
+        backend=backend,
+        state_dir=tmp_path_factory.mktemp("auth") / "s",
+        api_keys="alice:key-a,bob:key-b",
+    )
     srv.start()
     yield srv
     srv.stop()
@@ -52,8 +55,10 @@ def test_the_client_raises_auth_error(keyed_server):
 
 
 def test_tenants_cannot_see_or_touch_each_others_sandboxes_or_jobs(keyed_server, image):
-    with SandboxClient(base_url=keyed_server.url, api_key="key-a") as alice, \
-         SandboxClient(base_url=keyed_server.url, api_key="key-b") as bob:  # fmt: skip
+    with (
+        SandboxClient(base_url=keyed_server.url, api_key="key-a") as alice,
+        SandboxClient(base_url=keyed_server.url, api_key="key-b") as bob,
+    ):
         sbx = alice.create_sandbox(image)
         job = sbx.start("sleep 5")
         assert [s.sandbox_id for s in bob.list_sandboxes()] == []
@@ -63,11 +68,15 @@ def test_tenants_cannot_see_or_touch_each_others_sandboxes_or_jobs(keyed_server,
         bob.delete_sandbox(sbx.sandbox_id)  # the client treats 404 as already gone
         assert alice.get_sandbox(sbx.sandbox_id).sandbox_id == sbx.sandbox_id
         url = keyed_server.url
-        for method, path in (("GET", f"/jobs/{job.job_id}"), ("POST", f"/jobs/{job.job_id}/cancel"),
-                             ("POST", f"/sandboxes/{sbx.sandbox_id}/exec"),
-                             ("DELETE", f"/sandboxes/{sbx.sandbox_id}")):  # fmt: skip
-            response = httpx.request(method, url + path, headers={"X-API-Key": "key-b"},
-                                     json={"command": "true"})  # fmt: skip
+        for method, path in (
+            ("GET", f"/jobs/{job.job_id}"),
+            ("POST", f"/jobs/{job.job_id}/cancel"),
+            ("POST", f"/sandboxes/{sbx.sandbox_id}/exec"),
+            ("DELETE", f"/sandboxes/{sbx.sandbox_id}"),
+        ):
+            response = httpx.request(
+                method, url + path, headers={"X-API-Key": "key-b"}, json={"command": "true"}
+            )
             assert response.status_code == 404, (path, response.text)
         assert sbx.exec("echo mine").stdout == "mine\n"
 

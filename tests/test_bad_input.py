@@ -47,18 +47,29 @@ def test_invalid_create_bodies_are_422(server, body):
 
 @pytest.mark.parametrize(
     "body",
-    [{}, {"command": ""}, {"command": []}, {"command": "true", "bogus": 1},
-     {"command": "true", "timeout_seconds": 0}, {"command": 12}, {"command": "true", "wait": 1},
-     {"command": "true", "env": {"A=B": "x"}}, {"command": "true", "env": {"": "x"}}],
-)  # fmt: skip
+    [
+        {},
+        {"command": ""},
+        {"command": []},
+        {"command": "true", "bogus": 1},
+        {"command": "true", "timeout_seconds": 0},
+        {"command": 12},
+        {"command": "true", "wait": 1},
+        {"command": "true", "env": {"A=B": "x"}},
+        {"command": "true", "env": {"": "x"}},
+    ],
+)
 def test_invalid_exec_bodies_are_422(server, sid, body):
     response = httpx.post(f"{server.url}/sandboxes/{sid}/exec", json=body)
     assert response.status_code == 422 and response.json()["code"] == "invalid_body"
 
 
 def test_malformed_json_is_422(server):
-    response = httpx.post(f"{server.url}/sandboxes", content=b"{not json",
-                          headers={"content-type": "application/json"})  # fmt: skip
+    response = httpx.post(
+        f"{server.url}/sandboxes",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+    )
     assert response.status_code == 422 and response.json()["code"] == "invalid_body"
 
 
@@ -84,8 +95,11 @@ def test_long_command_lines_and_nul_bytes_are_handled(server, sid):
         f"{server.url}/sandboxes/{sid}/exec", json={"command": long, "wait": True}
     ).json()
     assert job["exit_code"] == 0 and len(job["stdout"]) == 10_001
-    for body in ({"command": "echo a\u0000b"}, {"command": ["echo", "a\u0000"]},
-                 {"command": "true", "env": {"K": "v\u0000"}}):  # fmt: skip
+    for body in (
+        {"command": "echo a\u0000b"},
+        {"command": ["echo", "a\u0000"]},
+        {"command": "true", "env": {"K": "v\u0000"}},
+    ):
         response = httpx.post(f"{server.url}/sandboxes/{sid}/exec", json={**body, "wait": True})
         assert response.status_code == 422, response.text
         assert "NUL" in response.json()["detail"]
@@ -139,8 +153,10 @@ def test_a_405_allows_every_method_of_the_path(server):
 
 
 def test_invalid_base64_content_is_422_and_the_schema_says_base64(server, sid):
-    response = httpx.post(f"{server.url}/sandboxes/{sid}/files",
-                          json={"path": "/workspace/b64", "content": "W\u00e9=="})  # fmt: skip
+    response = httpx.post(
+        f"{server.url}/sandboxes/{sid}/files",
+        json={"path": "/workspace/b64", "content": "W\u00e9=="},
+    )
     assert response.status_code == 422 and response.json()["code"] == "invalid_body"
     body = httpx.get(f"{server.url}/openapi.json").json()["components"]["schemas"]
     assert body["WriteFileRequest"]["properties"]["content"]["pattern"]
@@ -176,8 +192,10 @@ http.server.HTTPServer(("127.0.0.1", 8125), H).serve_forever()
 
 
 def test_forwarded_paths_are_re_encoded_not_decoded_on_the_way(server, sid):
-    job = httpx.post(f"{server.url}/sandboxes/{sid}/exec",
-                     json={"command": ["python3", "-c", PATH_ECHO], "timeout_seconds": 120})  # fmt: skip
+    job = httpx.post(
+        f"{server.url}/sandboxes/{sid}/exec",
+        json={"command": ["python3", "-c", PATH_ECHO], "timeout_seconds": 120},
+    )
     base = f"{server.url}/sandboxes/{sid}/ports/8125"
     try:
         deadline = time.monotonic() + 20

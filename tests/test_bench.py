@@ -42,8 +42,18 @@ def test_bridge_reports_both_paths_and_their_ratio(backend, capsys, tmp_path):
 
 def test_concurrency_counts_every_command_and_leaves_nothing(backend, capsys, tmp_path):
     plot = tmp_path / "concurrency.png"
-    result = _run(capsys, "concurrency", "--sandboxes", "6", "--commands", "3",
-                  "--connections", "4", "--plot", str(plot))  # fmt: skip
+    result = _run(
+        capsys,
+        "concurrency",
+        "--sandboxes",
+        "6",
+        "--commands",
+        "3",
+        "--connections",
+        "4",
+        "--plot",
+        str(plot),
+    )
     assert result["success_rate"] == 1.0 and result["errors"] == []
     assert result["commands_run"] == 18 and result["sandboxes_left_after_delete"] == 0
     assert result["commands_per_s"] > 0 and result["wall_s"] > 0
@@ -57,6 +67,19 @@ def test_create_and_cost_from_a_bench_result(backend, capsys, tmp_path: Path):
     assert {"p50_ms", "p99_ms"} <= set(created["orchard"])  # type: ignore[arg-type]
     bench = _run(capsys, "concurrency", "--sandboxes", "2", "--commands", "1")
     (tmp_path / "bench.json").write_text(json.dumps(bench))
-    assert main(["cost", "--sandboxes", "100", "--hours", "2",
-                 "--from-bench", str(tmp_path / "bench.json"), "--json"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "cost",
+                "--sandboxes",
+                "100",
+                "--hours",
+                "2",
+                "--from-bench",
+                str(tmp_path / "bench.json"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)

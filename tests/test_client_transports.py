@@ -18,7 +18,9 @@ TRANSPORTS = {"aiohttp": AiohttpTransport, "httpx": lambda: None}
 
 
 @pytest.fixture(params=sorted(TRANSPORTS))
-async def client(request: pytest.FixtureRequest, server: RunningServer) -> AsyncIterator[AsyncSandboxClient]:  # fmt: skip
+async def client(
+    request: pytest.FixtureRequest, server: RunningServer
+) -> AsyncIterator[AsyncSandboxClient]:
     transport = TRANSPORTS[request.param]()
     async with AsyncSandboxClient(base_url=server.url, transport=transport) as c:
         if transport is None:  # the test asks for httpx's own: make sure it got it
@@ -27,7 +29,9 @@ async def client(request: pytest.FixtureRequest, server: RunningServer) -> Async
 
 
 @only_backend("local")
-async def test_exec_stream_files_and_errors(client: AsyncSandboxClient, image: str, tmp_path: Path) -> None:  # fmt: skip
+async def test_exec_stream_files_and_errors(
+    client: AsyncSandboxClient, image: str, tmp_path: Path
+) -> None:
     sb = await client.create_sandbox(image)
     try:
         result = await sb.exec("printf 'a b\\n'; echo err >&2; exit 3")

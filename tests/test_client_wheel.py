@@ -14,8 +14,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_client_wheel_installs_and_imports_alone(tmp_path):
     dist = tmp_path / "dist"
-    subprocess.run(["uv", "build", "--package", "orchard-env-client", "--wheel", "-o", str(dist)],
-                   cwd=ROOT, check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["uv", "build", "--package", "orchard-env-client", "--wheel", "-o", str(dist)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     wheel = next(dist.glob("orchard_env_client-*.whl"))
     venv = tmp_path / "venv"
     subprocess.run(["uv", "venv", "-q", "-p", sys.executable, str(venv)], check=True)
@@ -32,8 +36,12 @@ def test_the_client_wheel_installs_and_imports_alone(tmp_path):
 
 
 def test_every_package_builds_as_its_own_wheel(tmp_path):
-    subprocess.run(["uv", "build", "--all-packages", "--wheel", "-o", str(tmp_path)],
-                   cwd=ROOT, check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["uv", "build", "--all-packages", "--wheel", "-o", str(tmp_path)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     wheels = {p.name.split("-")[0]: p for p in tmp_path.glob("*.whl")}
     assert sorted(wheels) == [
         "orchard_claw",
@@ -56,15 +64,22 @@ RECIPE_DATA = {
 def test_a_recipe_depends_on_the_client_and_never_on_the_server_or_agent(tmp_path, package):
     import zipfile
 
-    subprocess.run(["uv", "build", "--package", package, "--wheel", "-o", str(tmp_path)],
-                   cwd=ROOT, check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["uv", "build", "--package", package, "--wheel", "-o", str(tmp_path)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     wheel = next(tmp_path.glob(f"{package.replace('-', '_')}-*.whl"))
     with zipfile.ZipFile(wheel) as zf:
         meta = zf.read(next(n for n in zf.namelist() if n.endswith("METADATA"))).decode()
         sources = [zf.read(n).decode() for n in zf.namelist() if n.endswith(".py")]
         assert any(n.endswith(RECIPE_DATA[package]) for n in zf.namelist())
-    requires = [line.split(":", 1)[1].strip() for line in meta.splitlines()
-                if line.startswith("Requires-Dist:")]  # fmt: skip
+    requires = [
+        line.split(":", 1)[1].strip()
+        for line in meta.splitlines()
+        if line.startswith("Requires-Dist:")
+    ]
     assert any(r.startswith("orchard-env-client") for r in requires)
     assert not any(r.startswith(("orchard-env-server", "orchard-env-agent")) for r in requires)
     assert not any("orchard_env_server" in s or "orchard_env_agent" in s for s in sources)

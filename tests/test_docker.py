@@ -116,8 +116,9 @@ def test_the_container_keeps_only_the_sandbox_capabilities_and_gets_nothing_of_t
     assert (host["PidMode"], host["UsernsMode"], host["UTSMode"]) == ("", "", "")
     assert host["IpcMode"] != "host" and host["NetworkMode"] != "host"
     assert sorted(m["Destination"] for m in container["Mounts"]) == [
-        "/.orchard/agent", "/.orchard/run",
-    ]  # fmt: skip
+        "/.orchard/agent",
+        "/.orchard/run",
+    ]
     assert [m["RW"] for m in container["Mounts"] if m["Destination"] == "/.orchard/agent"] == [
         False
     ]

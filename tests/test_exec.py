@@ -45,8 +45,9 @@ def test_an_argv_list_runs_without_a_shell(sandbox):
 
 def test_cwd_and_env_apply_per_call_over_sandbox_env(sandbox):
     sandbox.exec("mkdir -p /workspace/sub")
-    job = sandbox.exec("pwd; echo $SANDBOX_VAR $CALL_VAR", cwd="/workspace/sub",
-                       env={"CALL_VAR": "per-call"})  # fmt: skip
+    job = sandbox.exec(
+        "pwd; echo $SANDBOX_VAR $CALL_VAR", cwd="/workspace/sub", env={"CALL_VAR": "per-call"}
+    )
     assert job.stdout == "/workspace/sub\nfrom-create per-call\n"
 
 
@@ -78,8 +79,10 @@ def test_output_beyond_the_cap_keeps_head_and_tail(sandbox):
 
 
 def test_a_hundred_megabytes_of_output_keep_head_and_tail_in_bounded_memory(server, sandbox):
-    processes = {"orchestrator": psutil.Process(server.proc.pid),
-                 "agent": psutil.Process(agent_pid(server, sandbox.sandbox_id))}  # fmt: skip
+    processes = {
+        "orchestrator": psutil.Process(server.proc.pid),
+        "agent": psutil.Process(agent_pid(server, sandbox.sandbox_id)),
+    }
     before = {name: p.memory_info().rss for name, p in processes.items()}
     job = sandbox.exec(
         "echo FIRST; head -c 100000000 /dev/zero | tr '\\0' y; echo; echo LAST; "

@@ -42,14 +42,17 @@ def test_an_agent_killed_mid_command_fails_the_job_with_a_reason(fresh_server, i
     fresh_server.start()
     url = fresh_server.url
     sid = str(create_ready(url, {"image": image})["sandbox_id"])
-    background = httpx.post(f"{url}/sandboxes/{sid}/exec",
-                            json={"command": "sleep 60"}, timeout=30).json()  # fmt: skip
+    background = httpx.post(
+        f"{url}/sandboxes/{sid}/exec", json={"command": "sleep 60"}, timeout=30
+    ).json()
     waited: dict[str, object] = {}
 
     def run_waited() -> None:
-        response = httpx.post(f"{url}/sandboxes/{sid}/exec",
-                              json={"command": "sleep 60; echo never", "wait": True},
-                              timeout=120)  # fmt: skip
+        response = httpx.post(
+            f"{url}/sandboxes/{sid}/exec",
+            json={"command": "sleep 60; echo never", "wait": True},
+            timeout=120,
+        )
         waited.update(status_code=response.status_code, body=response.json())
 
     thread = threading.Thread(target=run_waited)
@@ -68,8 +71,7 @@ def test_an_agent_killed_mid_command_fails_the_job_with_a_reason(fresh_server, i
     assert job["job_id"].startswith(sid + ".")
     assert "agent went away" in job["error"] and "lost" in job["error"]
 
-    lost = httpx.get(f"{url}/jobs/{background['job_id']}/wait", params={"timeout": 30},
-                     timeout=60)  # fmt: skip
+    lost = httpx.get(f"{url}/jobs/{background['job_id']}/wait", params={"timeout": 30}, timeout=60)
     assert lost.status_code == 200, lost.text
     assert lost.json()["status"] == "failed" and "lost" in lost.json()["error"]
     # Asking again gives the same answer, not a 404.
@@ -95,8 +97,9 @@ def test_a_stream_whose_agent_dies_still_ends_with_a_failed_exit_event(fresh_ser
     sid = str(create_ready(url, {"image": image})["sandbox_id"])
     events: list[dict[str, object]] = []
     body = {"command": "echo first; sleep 60"}
-    with httpx.stream("POST", f"{url}/sandboxes/{sid}/exec/stream", json=body,
-                      timeout=120) as response:  # fmt: skip
+    with httpx.stream(
+        "POST", f"{url}/sandboxes/{sid}/exec/stream", json=body, timeout=120
+    ) as response:
         for line in response.iter_lines():
             if not line:
                 continue
@@ -112,8 +115,9 @@ def test_jobs_survive_an_orchestrator_killed_mid_run(fresh_server, image):
     fresh_server.start()
     url = fresh_server.url
     sid = str(create_ready(url, {"image": image})["sandbox_id"])
-    job = httpx.post(f"{url}/sandboxes/{sid}/exec",
-                     json={"command": "sleep 2; echo finished"}, timeout=30).json()  # fmt: skip
+    job = httpx.post(
+        f"{url}/sandboxes/{sid}/exec", json={"command": "sleep 2; echo finished"}, timeout=30
+    ).json()
     fresh_server.kill()
     fresh_server.start()
     done = httpx.get(f"{url}/jobs/{job['job_id']}/wait", params={"timeout": 60}, timeout=90)
@@ -151,8 +155,12 @@ def _cluster_node_ready(seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
-            status = kubectl("get", "nodes", "-o",
-                             "jsonpath={.items[0].status.conditions[?(@.type=='Ready')].status}")  # fmt: skip
+            status = kubectl(
+                "get",
+                "nodes",
+                "-o",
+                "jsonpath={.items[0].status.conditions[?(@.type=='Ready')].status}",
+            )
         except (OSError, RuntimeError, KeyError, subprocess.TimeoutExpired):
             return  # no test cluster on this machine
         if status == "True":
@@ -193,8 +201,11 @@ def test_a_docker_engine_restart_is_reported_as_503_and_recovered_from(fresh_ser
             break
         time.sleep(1)
     assert created["status"] == "ready", created
-    ran = httpx.post(f"{url}/sandboxes/{created['sandbox_id']}/exec",
-                     json={"command": "echo again", "wait": True}, timeout=60).json()  # fmt: skip
+    ran = httpx.post(
+        f"{url}/sandboxes/{created['sandbox_id']}/exec",
+        json={"command": "echo again", "wait": True},
+        timeout=60,
+    ).json()
     assert ran["stdout"] == "again\n"
     health = httpx.get(f"{url}/health").json()
     assert health["status"] == "ok"
@@ -216,8 +227,11 @@ def test_an_adopted_agent_of_older_code_is_replaced_unless_commands_run_in_it(
     """After an upgrade the restarted orchestrator finds the agent the old code started.
     The upgrade is a copy of the agent package with one change, first on PYTHONPATH."""
     upgraded = tmp_path / "upgraded"
-    shutil.copytree(Path(orchard_env_agent.__file__).parent, upgraded / "orchard_env_agent",
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copytree(
+        Path(orchard_env_agent.__file__).parent,
+        upgraded / "orchard_env_agent",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     with open(upgraded / "orchard_env_agent" / "build.py", "a") as fh:
         fh.write("\n# the upgrade\n")
     fresh_server.start()

@@ -47,8 +47,11 @@ def test_arbitrary_bytes_round_trip_raw(sandbox, data):
 def test_arbitrary_bytes_round_trip_base64(server, sandbox, data):
     base = f"{server.url}/sandboxes/{sandbox.sandbox_id}/files"
     body = {"path": "/workspace/b64.bin", "content": base64.b64encode(data).decode()}
-    assert httpx.post(base, json=body).json() == {"success": True, "path": "/workspace/b64.bin",
-                                                   "size": len(data)}  # fmt: skip
+    assert httpx.post(base, json=body).json() == {
+        "success": True,
+        "path": "/workspace/b64.bin",
+        "size": len(data),
+    }
     got = httpx.get(base, params={"path": "/workspace/b64.bin"}).json()
     assert base64.b64decode(got["content"]) == data and got["size"] == len(data)
 

@@ -99,8 +99,20 @@ def test_sandbox_root_is_an_unprivileged_host_uid_of_its_own(server, client):
 def test_the_host_view_is_minimal(client):
     sbx = client.create_sandbox("host")
     top = set(sbx.exec("ls -A /").stdout.split())
-    assert top <= {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev",
-                   "proc", "tmp", "workspace"}, top  # fmt: skip
+    assert top <= {
+        "bin",
+        "sbin",
+        "lib",
+        "lib32",
+        "lib64",
+        "libx32",
+        "usr",
+        "etc",
+        "dev",
+        "proc",
+        "tmp",
+        "workspace",
+    }, top
     etc = set(sbx.exec("ls -A /etc").stdout.split())
     assert "shadow" not in etc and "ssh" not in etc and "machine-id" not in etc
     assert {"passwd", "os-release", "ld.so.cache"} <= etc
@@ -170,9 +182,11 @@ def test_commands_run_inside_the_sandboxs_cgroups(server, client):
     inside = sbx.exec("cat /proc/self/cgroup").stdout
     assert sbx.sandbox_id in inside, inside
     cpu = _cgroup_dir(server, sbx.sandbox_id, "cpu")
-    quota = (cpu / "cpu.max").read_text().split()[0] if (cpu / "cpu.max").exists() else (
-        (cpu / "cpu.cfs_quota_us").read_text().strip()
-    )  # fmt: skip
+    quota = (
+        (cpu / "cpu.max").read_text().split()[0]
+        if (cpu / "cpu.max").exists()
+        else ((cpu / "cpu.cfs_quota_us").read_text().strip())
+    )
     assert int(quota) == 50_000
     sbx.delete()
 
@@ -201,8 +215,9 @@ def test_a_cpu_limit_that_cannot_apply_fails_the_sandbox_and_leaks_no_holder(ser
         return
     body = response.json()
     assert body["status"] == "failed" and "cpu" in body["error"], body
-    holders = subprocess.run(["pgrep", "-f", f"--hostname {body['sandbox_id']}"],
-                             capture_output=True, text=True)  # fmt: skip
+    holders = subprocess.run(
+        ["pgrep", "-f", f"--hostname {body['sandbox_id']}"], capture_output=True, text=True
+    )
     assert holders.stdout.strip() == "", "the failed sandbox's holder is still running"
     # A tiny but valid share is raised to the kernel's 1 ms minimum, not refused.
     tiny = client.create_sandbox("host", cpu="1m")
@@ -228,10 +243,20 @@ def test_the_wheels_bwrap_is_used_without_debians_and_runs_as_a_sandbox_uid(
     exe = bubblewrap.bwrap_path(runtime)
     assert exe is not None and exe.startswith(str(runtime)), exe
     version = subprocess.run(
-        ["setpriv", "--reuid", "1000000000", "--regid", "1000000000", "--clear-groups", exe,
-         "--version"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        [
+            "setpriv",
+            "--reuid",
+            "1000000000",
+            "--regid",
+            "1000000000",
+            "--clear-groups",
+            exe,
+            "--version",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert version.startswith("bubblewrap ")
 
 

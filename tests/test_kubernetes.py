@@ -228,8 +228,9 @@ def test_the_namespace_policies_keep_sandboxes_apart_and_off_the_api_server(serv
         (rule,) = spec["egress"]
         v4 = rule["to"][0]["ipBlock"]
         assert v4["cidr"] == "0.0.0.0/0"
-        service_ip = json.loads(kubectl("-n", "default", "get", "service", "kubernetes",
-                                        "-o", "json"))["spec"]["clusterIP"]  # fmt: skip
+        service_ip = json.loads(
+            kubectl("-n", "default", "get", "service", "kubernetes", "-o", "json")
+        )["spec"]["clusterIP"]
         node_ip = cluster_env()["NODE_IP"]  # the API server listens there
         assert {f"{service_ip}/32", f"{node_ip}/32"} <= set(v4["except"])
         assert {str(n) for n in allowed if n.version == 4} <= set(v4["except"])
@@ -241,10 +242,20 @@ def test_a_starting_orchestrator_puts_the_namespace_policies_back(fresh_server):
     assert leftovers(fresh_server) == []
     egress = _policy(fresh_server, "orchard-sandbox-egress")
     kubectl("-n", fresh_server.namespace, "delete", "networkpolicy", "orchard-sandbox-ingress")
-    widened = {"spec": {"podSelector": {"matchLabels": {"orchard.dev/role": "nothing"}},
-                        "egress": [{}]}}  # fmt: skip
-    kubectl("-n", fresh_server.namespace, "patch", "networkpolicy", "orchard-sandbox-egress",
-            "--type", "strategic", "-p", json.dumps(widened))  # fmt: skip
+    widened = {
+        "spec": {"podSelector": {"matchLabels": {"orchard.dev/role": "nothing"}}, "egress": [{}]}
+    }
+    kubectl(
+        "-n",
+        fresh_server.namespace,
+        "patch",
+        "networkpolicy",
+        "orchard-sandbox-egress",
+        "--type",
+        "strategic",
+        "-p",
+        json.dumps(widened),
+    )
     fresh_server.start()
     assert _policy(fresh_server, "orchard-sandbox-egress")["spec"] == egress["spec"]
     ingress = _policy(fresh_server, "orchard-sandbox-ingress")["spec"]
@@ -264,11 +275,15 @@ def test_a_runtime_class_runs_the_sandbox_pod_and_a_missing_one_is_refused(serve
     record = SandboxRecord(sandbox_id=f"rc-{suffix}", tenant="t", image=BUSYBOX_IMAGE)
     settings = Settings(runtime_class=runtime_class, image_pull_policy="Never")
     files = {
-        "class": {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-                  "metadata": {"name": runtime_class}, "handler": "docker"},
+        "class": {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": runtime_class},
+            "handler": "docker",
+        },
         "secret": secret_manifest(record, "test", "t" * 32),
         "pod": pod_manifest(record, settings, "test"),
-    }  # fmt: skip
+    }
     for name, manifest in files.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(manifest))
     ns = ["-n", server.namespace]
@@ -282,14 +297,31 @@ def test_a_runtime_class_runs_the_sandbox_pod_and_a_missing_one_is_refused(serve
             runtime_class
         )
     finally:
-        kubectl(*ns, "delete", pod, f"secret/orchard-{record.sandbox_id}",
-                "--ignore-not-found", "--wait=false", check=False)  # fmt: skip
+        kubectl(
+            *ns,
+            "delete",
+            pod,
+            f"secret/orchard-{record.sandbox_id}",
+            "--ignore-not-found",
+            "--wait=false",
+            check=False,
+        )
         kubectl("delete", "runtimeclass", runtime_class, "--ignore-not-found", check=False)
     done = subprocess.run(
-        [f"{cluster_env()['K8S_BIN']}/kubectl", "--kubeconfig", cluster_env()["KUBECONFIG"],
-         *ns, "create", "--dry-run=server", "-f", str(tmp_path / "pod.json")],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            f"{cluster_env()['K8S_BIN']}/kubectl",
+            "--kubeconfig",
+            cluster_env()["KUBECONFIG"],
+            *ns,
+            "create",
+            "--dry-run=server",
+            "-f",
+            str(tmp_path / "pod.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0 and f'RuntimeClass "{runtime_class}" not found' in done.stderr
 
 
@@ -414,10 +446,21 @@ def test_the_watcher_relists_after_410_and_survives_api_server_restarts(fresh_se
             f"{' '.join(etcd)} compact $rev >/dev/null"
         )
         subprocess.run(
-            [str(Path(__file__).parents[1] / "infra/test-cluster/restart-apiserver"), "--", "sh", "-c", script],
-            check=True, timeout=120, env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin:/usr/sbin:/sbin",
-                                          "ORCHARD_TEST_CLUSTER_DIR": str(CLUSTER_DIR)},
-        )  # fmt: skip
+            [
+                str(Path(__file__).parents[1] / "infra/test-cluster/restart-apiserver"),
+                "--",
+                "sh",
+                "-c",
+                script,
+            ],
+            check=True,
+            timeout=120,
+            env={
+                "ETCDCTL_API": "3",
+                "PATH": "/usr/bin:/bin:/usr/sbin:/sbin",
+                "ORCHARD_TEST_CLUSTER_DIR": str(CLUSTER_DIR),
+            },
+        )
         deadline = time.monotonic() + 60
         while True:
             after = _resources(fresh_server)["watch"]["pods"]
@@ -483,8 +526,16 @@ def test_a_pod_the_kubelet_ended_at_its_deadline_is_deleted_not_left_terminating
     assert f"sandbox {sbx.sandbox_id} died" not in fresh_server.log()
     # The Secret and the policy go with the pod.
     deadline = time.monotonic() + 30
-    while kubectl("-n", fresh_server.namespace, "get", "secret,networkpolicy",
-                  "--ignore-not-found", "-o", "name", name):  # fmt: skip
+    while kubectl(
+        "-n",
+        fresh_server.namespace,
+        "get",
+        "secret,networkpolicy",
+        "--ignore-not-found",
+        "-o",
+        "name",
+        name,
+    ):
         assert time.monotonic() < deadline
         time.sleep(0.5)
     fresh_server.stop()

@@ -166,8 +166,18 @@ def cluster() -> Cluster:
 def server_image(cluster: Cluster) -> str:
     """orchard/server:<version>, built (or found up to date) on the cluster's own engine,
     with the sandbox and injector images next to it."""
-    _run([str(REPO / "infra/images/build"), "--only", "debian", "--only", "busybox",
-          "--only", "injector"], timeout=1200)  # fmt: skip
+    _run(
+        [
+            str(REPO / "infra/images/build"),
+            "--only",
+            "debian",
+            "--only",
+            "busybox",
+            "--only",
+            "injector",
+        ],
+        timeout=1200,
+    )
     started = time.monotonic()
     done = _run([str(REPO / "infra/server/build"), "--base", SERVER_BASE], timeout=1200)
     ref = done.stdout.strip().splitlines()[-1]
@@ -271,10 +281,21 @@ def test_overlays_render_alike_with_old_and_new_kustomize(
     assert old == new
     kinds = sorted(kind for kind, _, _ in old)
     assert kinds == sorted(
-        ["Namespace", "Namespace", "ServiceAccount", "Role", "RoleBinding", "Role",
-         "RoleBinding", "Secret", "Deployment", "Service", "NetworkPolicy",
-         "PodDisruptionBudget"]
-    )  # fmt: skip
+        [
+            "Namespace",
+            "Namespace",
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "Role",
+            "RoleBinding",
+            "Secret",
+            "Deployment",
+            "Service",
+            "NetworkPolicy",
+            "PodDisruptionBudget",
+        ]
+    )
     assert old[("PodDisruptionBudget", SYSTEM_NS, "orchard-env")]["apiVersion"] == pdb_api
     assert not any(k == "ClusterRole" or k == "ClusterRoleBinding" for k in kinds)
     pod = old[("Deployment", SYSTEM_NS, "orchard-env")]["spec"]["template"]["spec"]
@@ -330,8 +351,24 @@ def test_server_image_serves_health_on_the_local_backend(server_image: str) -> N
     image has no bubblewrap and the container no user namespaces, so the local backend
     runs there only when told to run unisolated."""
     name = f"orchard-server-check-{secrets.token_hex(4)}"
-    _run(["docker", "run", "-d", "--name", name, "--network", "none", server_image,
-          "orchard-env", "serve", "--backend", "local", "--isolation", "none"])  # fmt: skip
+    _run(
+        [
+            "docker",
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--network",
+            "none",
+            server_image,
+            "orchard-env",
+            "serve",
+            "--backend",
+            "local",
+            "--isolation",
+            "none",
+        ]
+    )
     try:
         done = _run(["docker", "exec", name, "python", "-c", HEALTH_PROBE], timeout=60)
         assert done.stdout.split() == ["ok", "local"]

@@ -35,9 +35,21 @@ def test_create_answers_a_sandbox_object_that_becomes_ready(server, image):
         waited = httpx.get(f"{server.url}/sandboxes/{body['sandbox_id']}/wait", timeout=90)
         body = waited.json()
     assert body["status"] == "ready" and body["labels"] == {"a": "1"}
-    expected = {"sandbox_id", "image", "status", "block_network", "cpu", "memory", "timeout",
-                "created_at", "labels", "ttl_seconds", "idle_timeout_seconds", "expires_at",
-                "error"}  # fmt: skip
+    expected = {
+        "sandbox_id",
+        "image",
+        "status",
+        "block_network",
+        "cpu",
+        "memory",
+        "timeout",
+        "created_at",
+        "labels",
+        "ttl_seconds",
+        "idle_timeout_seconds",
+        "expires_at",
+        "error",
+    }
     assert expected <= set(body)
     sid = body["sandbox_id"]
     assert (

@@ -114,8 +114,9 @@ def targets(orchestrator: RunningServer) -> Iterator[Targets]:
     doomed = create_ready(url, {"image": "host"})
     assert shared["status"] == doomed["status"] == "ready", (shared, doomed)
     sid = str(shared["sandbox_id"])
-    job = httpx.post(f"{url}/sandboxes/{sid}/exec",
-                     json={"command": "echo fuzz", "wait": True}, timeout=60).json()  # fmt: skip
+    job = httpx.post(
+        f"{url}/sandboxes/{sid}/exec", json={"command": "echo fuzz", "wait": True}, timeout=60
+    ).json()
     assert job["status"] == "succeeded", job
     for path, content in (("/workspace/fuzz.txt", "hello"), ("/workspace/sub/f", "x")):
         written = httpx.put(f"{url}/sandboxes/{sid}/fs", params={"path": path}, content=content)

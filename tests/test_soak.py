@@ -66,11 +66,26 @@ def _workers(backend: str) -> int:
 
 
 OPERATIONS = (
-    "create", "delete", "exec_echo", "exec_stdin", "exec_fail", "exec_env_cwd", "exec_timeout",
-    "background", "cancel", "exec_stream", "heartbeat", "list_sandboxes", "file_small",
-    "file_big", "file_base64", "upload_over_cap", "stream_over_cap", "list_files",
+    "create",
+    "delete",
+    "exec_echo",
+    "exec_stdin",
+    "exec_fail",
+    "exec_env_cwd",
+    "exec_timeout",
+    "background",
+    "cancel",
+    "exec_stream",
+    "heartbeat",
+    "list_sandboxes",
+    "file_small",
+    "file_big",
+    "file_base64",
+    "upload_over_cap",
+    "stream_over_cap",
+    "list_files",
     "leave_for_reaper",
-)  # fmt: skip
+)
 
 
 class Skip(Exception):

@@ -104,8 +104,15 @@ def _run(chains: dict[str, list[list[str]]], chain: str, packet: dict[str, Any])
     return True
 
 
-def allowed(ruleset, src: str, dst: str, port: int = 80, proto: str = "tcp",
-            state: str = "NEW", source_iface: str = "eth0") -> bool:  # fmt: skip
+def allowed(
+    ruleset,
+    src: str,
+    dst: str,
+    port: int = 80,
+    proto: str = "tcp",
+    state: str = "NEW",
+    source_iface: str = "eth0",
+) -> bool:
     """Whether a packet from src to dst passes our chains, through the hook the kernel would
     take for it: pods are 10.244.0.0/24 on cni0, HOST are the node's own addresses."""
     pods = ipaddress.ip_network("10.244.0.0/24")
@@ -129,11 +136,15 @@ def allowed(ruleset, src: str, dst: str, port: int = 80, proto: str = "tcp",
 
 def pod(ns: str, name: str, ip: str | None, phase: str = "Running", **labels: str) -> dict:
     return {
-        "metadata": {"namespace": ns, "name": name, "labels": labels,
-                     "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "metadata": {
+            "namespace": ns,
+            "name": name,
+            "labels": labels,
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+        },
         "spec": {},
         "status": {"phase": phase, **({"podIP": ip} if ip else {})},
-    }  # fmt: skip
+    }
 
 
 def namespace(name: str, **labels: str) -> dict:
@@ -186,8 +197,10 @@ def test_selectors_match_labels_and_expressions():
     for expression, expected in cases:
         got = npe.selector_matches({"matchExpressions": [expression]}, labels)
         assert got is expected, expression
-    both = {"matchLabels": {"role": "client"},
-            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["y"]}]}  # fmt: skip
+    both = {
+        "matchLabels": {"role": "client"},
+        "matchExpressions": [{"key": "tier", "operator": "In", "values": ["y"]}],
+    }
     assert not npe.selector_matches(both, labels)
 
 
@@ -206,9 +219,15 @@ def test_live_pods_skip_ended_host_network_and_foreign_addresses_and_prefer_the_
     new = pod("a", "new", "10.244.0.50", role="y")
     host_net = pod("a", "hostnet", "10.244.0.51")
     host_net["spec"]["hostNetwork"] = True
-    pods = [old, new, host_net, pod("a", "done", "10.244.0.52", phase="Succeeded"),
-            pod("a", "failed", "10.244.0.53", phase="Failed"), pod("a", "pending", None),
-            pod("a", "outside", "10.1.0.5")]  # fmt: skip
+    pods = [
+        old,
+        new,
+        host_net,
+        pod("a", "done", "10.244.0.52", phase="Succeeded"),
+        pod("a", "failed", "10.244.0.53", phase="Failed"),
+        pod("a", "pending", None),
+        pod("a", "outside", "10.1.0.5"),
+    ]
     live = npe.live_pods(pods, "10.244.0.0/24")
     assert [(p.name, p.ip) for p in live] == [("new", "10.244.0.50")]
 
@@ -216,16 +235,26 @@ def test_live_pods_skip_ended_host_network_and_foreign_addresses_and_prefer_the_
 @pytest.mark.fast
 def test_no_policy_restricts_nothing():
     rules = compile_()
-    for src, dst in [(A_CLIENT, SERVER), (SERVER, "10.250.0.1"), ("10.244.0.1", SERVER),
-                     (A_CLIENT, "8.8.8.8"), ("192.0.2.9", SERVER)]:  # fmt: skip
+    for src, dst in [
+        (A_CLIENT, SERVER),
+        (SERVER, "10.250.0.1"),
+        ("10.244.0.1", SERVER),
+        (A_CLIENT, "8.8.8.8"),
+        ("192.0.2.9", SERVER),
+    ]:
         assert allowed(rules, src, dst), (src, dst)
 
 
 @pytest.mark.fast
 def test_an_ingress_policy_admits_only_its_rules_union_and_leaves_other_pods_open():
-    only_clients = policy("a", "clients", ROLE("server"),
-                          ingress=[{"from": [{"podSelector": ROLE("client")}],
-                                    "ports": [{"protocol": "TCP", "port": 80}]}])  # fmt: skip
+    only_clients = policy(
+        "a",
+        "clients",
+        ROLE("server"),
+        ingress=[
+            {"from": [{"podSelector": ROLE("client")}], "ports": [{"protocol": "TCP", "port": 80}]}
+        ],
+    )
     rules = compile_(only_clients)
     assert allowed(rules, A_CLIENT, SERVER, 80)
     assert not allowed(rules, A_CLIENT, SERVER, 81)  # port
@@ -237,9 +266,23 @@ def test_an_ingress_policy_admits_only_its_rules_union_and_leaves_other_pods_ope
     # replies always pass
     assert allowed(rules, A_OTHER, SERVER, 80, state="ESTABLISHED")
     # a second policy adds up: pods labelled client in namespaces labelled team=b, any port
-    from_b = policy("a", "from-b", ROLE("server"), ingress=[{"from": [
-        {"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "In", "values": ["b"]}]},
-         "podSelector": ROLE("client")}]}])  # fmt: skip
+    from_b = policy(
+        "a",
+        "from-b",
+        ROLE("server"),
+        ingress=[
+            {
+                "from": [
+                    {
+                        "namespaceSelector": {
+                            "matchExpressions": [{"key": "team", "operator": "In", "values": ["b"]}]
+                        },
+                        "podSelector": ROLE("client"),
+                    }
+                ]
+            }
+        ],
+    )
     rules = compile_(only_clients, from_b)
     assert allowed(rules, B_CLIENT, SERVER, 81) and allowed(rules, A_CLIENT, SERVER, 80)
     assert not allowed(rules, C_CLIENT, SERVER, 80)  # namespace c is not team=b
@@ -252,8 +295,22 @@ def test_namespace_selectors_alone_and_empty_ones():
     rules = compile_(any_ns)
     assert allowed(rules, C_CLIENT, SERVER) and allowed(rules, A_OTHER, SERVER)
     assert not allowed(rules, "192.0.2.9", SERVER)  # not a pod: only ipBlocks name those
-    no_team = policy("a", "p", ROLE("server"), ingress=[{"from": [{"namespaceSelector": {
-        "matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]}}]}])  # fmt: skip
+    no_team = policy(
+        "a",
+        "p",
+        ROLE("server"),
+        ingress=[
+            {
+                "from": [
+                    {
+                        "namespaceSelector": {
+                            "matchExpressions": [{"key": "team", "operator": "DoesNotExist"}]
+                        }
+                    }
+                ]
+            }
+        ],
+    )
     rules = compile_(no_team)
     assert allowed(rules, C_CLIENT, SERVER)
     assert not allowed(rules, B_CLIENT, SERVER) and not allowed(rules, A_CLIENT, SERVER)
@@ -270,8 +327,14 @@ def test_empty_rule_lists_deny_and_an_empty_rule_allows_everything():
     assert allowed(rules, B_CLIENT, SERVER, 12345, proto="udp")
     deny_out = policy("a", "deny-out", ROLE("client"), policyTypes=["Egress"], egress=[])
     rules = compile_(deny_out)
-    for dst, port in [(SERVER, 80), ("10.244.0.1", 7000), ("10.250.0.1", 6443),
-                      ("172.17.0.1", 2375), ("192.0.2.2", 22), ("8.8.8.8", 53)]:  # fmt: skip
+    for dst, port in [
+        (SERVER, 80),
+        ("10.244.0.1", 7000),
+        ("10.250.0.1", 6443),
+        ("172.17.0.1", 2375),
+        ("192.0.2.2", 22),
+        ("8.8.8.8", 53),
+    ]:
         assert not allowed(rules, A_CLIENT, dst, port), dst
     assert allowed(rules, A_OTHER, "10.250.0.1", 6443)
     assert allowed(rules, "10.244.0.1", A_CLIENT, 7000)  # the node: the kubelet's probes
@@ -280,13 +343,24 @@ def test_empty_rule_lists_deny_and_an_empty_rule_allows_everything():
 
 @pytest.mark.fast
 def test_ip_blocks_with_excepts_and_ports():
-    egress = policy("a", "out", ROLE("client"), policyTypes=["Egress"], egress=[
-        {"to": [{"ipBlock": {"cidr": "10.244.0.0/24", "except": [f"{SERVER}/32"]}}]},
-        {"to": [{"ipBlock": {"cidr": "10.250.0.1/32"}}],
-         "ports": [{"protocol": "TCP", "port": 6443}, {"protocol": "UDP"},
-                   {"protocol": "SCTP", "port": 9}]},
-        {"to": [{"ipBlock": {"cidr": "fd00::/8"}}]},  # IPv6: not a pod's business here
-    ])  # fmt: skip
+    egress = policy(
+        "a",
+        "out",
+        ROLE("client"),
+        policyTypes=["Egress"],
+        egress=[
+            {"to": [{"ipBlock": {"cidr": "10.244.0.0/24", "except": [f"{SERVER}/32"]}}]},
+            {
+                "to": [{"ipBlock": {"cidr": "10.250.0.1/32"}}],
+                "ports": [
+                    {"protocol": "TCP", "port": 6443},
+                    {"protocol": "UDP"},
+                    {"protocol": "SCTP", "port": 9},
+                ],
+            },
+            {"to": [{"ipBlock": {"cidr": "fd00::/8"}}]},  # IPv6: not a pod's business here
+        ],
+    )
     rules = compile_(egress)
     assert allowed(rules, A_CLIENT, A_OTHER, 80)  # a pod IP inside the block
     assert not allowed(rules, A_CLIENT, SERVER, 80)  # excepted
@@ -297,8 +371,12 @@ def test_ip_blocks_with_excepts_and_ports():
     assert allowed(rules, A_CLIENT, "10.250.0.1", 9, proto="sctp")
     assert not allowed(rules, A_CLIENT, "10.250.0.1", 10, proto="sctp")
     assert not allowed(rules, A_CLIENT, "172.17.0.1", 80)
-    ingress = policy("a", "in", ROLE("server"), ingress=[{"from": [
-        {"ipBlock": {"cidr": "192.0.2.0/24", "except": ["192.0.2.128/25"]}}]}])  # fmt: skip
+    ingress = policy(
+        "a",
+        "in",
+        ROLE("server"),
+        ingress=[{"from": [{"ipBlock": {"cidr": "192.0.2.0/24", "except": ["192.0.2.128/25"]}}]}],
+    )
     rules = compile_(ingress)
     assert allowed(rules, "192.0.2.9", SERVER) and not allowed(rules, "192.0.2.200", SERVER)
     assert not allowed(rules, A_CLIENT, SERVER)
@@ -306,8 +384,13 @@ def test_ip_blocks_with_excepts_and_ports():
 
 @pytest.mark.fast
 def test_a_connection_needs_both_the_sources_egress_and_the_destinations_ingress():
-    out = policy("a", "out", ROLE("client"), egress=[{"to": [{"podSelector": ROLE("server")}]}],
-                 policyTypes=["Egress"])  # fmt: skip
+    out = policy(
+        "a",
+        "out",
+        ROLE("client"),
+        egress=[{"to": [{"podSelector": ROLE("server")}]}],
+        policyTypes=["Egress"],
+    )
     into = policy("a", "in", ROLE("server"), ingress=[{"from": [{"podSelector": ROLE("other")}]}])
     rules = compile_(out, into)
     assert not allowed(rules, A_CLIENT, SERVER)  # egress yes, ingress no
@@ -323,8 +406,12 @@ def test_traffic_from_the_node_passes_unless_node_traffic_is_policed():
     assert not allowed(compile_(deny_in), "192.0.2.9", SERVER, 7000)  # through eth0: not the node
     policed = compile_(deny_in, police_node_traffic=True)
     assert not allowed(policed, "10.244.0.1", SERVER, 7000)
-    host_only = policy("a", "host", ROLE("server"), ingress=[{
-        "from": [{"ipBlock": {"cidr": "10.244.0.1/32"}}], "ports": [{"port": 7000}]}])  # fmt: skip
+    host_only = policy(
+        "a",
+        "host",
+        ROLE("server"),
+        ingress=[{"from": [{"ipBlock": {"cidr": "10.244.0.1/32"}}], "ports": [{"port": 7000}]}],
+    )
     policed = compile_(host_only, police_node_traffic=True)
     assert allowed(policed, "10.244.0.1", SERVER, 7000)
     assert not allowed(policed, "10.250.0.1", SERVER, 7000)
@@ -347,17 +434,33 @@ def test_the_orchestrators_own_policies_confine_sandboxes():
 
     place = kn.OrchestratorPlace(addresses=tuple(sorted(HOST)))
     ns = "sbx"
-    policies = [kn.ingress_policy_manifest(place),
-                kn.egress_policy_manifest(place, ["10.96.0.1", "10.250.0.1"])]  # fmt: skip
+    policies = [
+        kn.ingress_policy_manifest(place),
+        kn.egress_policy_manifest(place, ["10.96.0.1", "10.250.0.1"]),
+    ]
     for p in policies:
         p["metadata"]["namespace"] = ns
-    policies.append(policy(ns, "deny-blocked", {"matchLabels": {LABEL_NAME: "blocked"}},
-                           policyTypes=["Egress"], egress=[]))  # fmt: skip
+    policies.append(
+        policy(
+            ns,
+            "deny-blocked",
+            {"matchLabels": {LABEL_NAME: "blocked"}},
+            policyTypes=["Egress"],
+            egress=[],
+        )
+    )
     sandbox = {"orchard.dev/role": "sandbox"}
-    pods = [pod(ns, "open", "10.244.0.40", **sandbox, **{"orchard.dev/network": "open"}),
-            pod(ns, "blocked", "10.244.0.41", **sandbox, **{"orchard.dev/network": "blocked",
-                                                            LABEL_NAME: "blocked"}),
-            pod("a", "client", A_CLIENT, role="client")]  # fmt: skip
+    pods = [
+        pod(ns, "open", "10.244.0.40", **sandbox, **{"orchard.dev/network": "open"}),
+        pod(
+            ns,
+            "blocked",
+            "10.244.0.41",
+            **sandbox,
+            **{"orchard.dev/network": "blocked", LABEL_NAME: "blocked"},
+        ),
+        pod("a", "client", A_CLIENT, role="client"),
+    ]
     rules = compile_(*policies, pods=pods)
     opened, blocked = "10.244.0.40", "10.244.0.41"
     for address in sorted(HOST):
@@ -393,9 +496,21 @@ def _status() -> dict[str, Any]:
 
 
 def _apply(manifest: dict) -> None:
-    subprocess.run([f"{cluster_env()['K8S_BIN']}/kubectl", "--kubeconfig", cluster_env()["KUBECONFIG"],
-                    "apply", "-f", "-"], input=json.dumps(manifest), text=True, check=True,
-                   capture_output=True, timeout=60)  # fmt: skip
+    subprocess.run(
+        [
+            f"{cluster_env()['K8S_BIN']}/kubectl",
+            "--kubeconfig",
+            cluster_env()["KUBECONFIG"],
+            "apply",
+            "-f",
+            "-",
+        ],
+        input=json.dumps(manifest),
+        text=True,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def _enforced(namespaces: list[str]) -> None:
@@ -424,10 +539,27 @@ def _enforced(namespaces: list[str]) -> None:
 def _connects(ns: str, name: str, ip: str, port: int) -> bool:
     """A TCP connection from the pod's container (nc, 2 s timeout)."""
     done = subprocess.run(
-        [f"{cluster_env()['K8S_BIN']}/kubectl", "--kubeconfig", cluster_env()["KUBECONFIG"],
-         "-n", ns, "exec", name, "--", "timeout", "5", "nc", "-w", "2", ip, str(port)],
-        stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
-    )  # fmt: skip
+        [
+            f"{cluster_env()['K8S_BIN']}/kubectl",
+            "--kubeconfig",
+            cluster_env()["KUBECONFIG"],
+            "-n",
+            ns,
+            "exec",
+            name,
+            "--",
+            "timeout",
+            "5",
+            "nc",
+            "-w",
+            "2",
+            ip,
+            str(port),
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+    )
     return done.returncode == 0
 
 
@@ -439,23 +571,54 @@ def scratch() -> Iterator[tuple[str, str, dict[str, str]]]:
     a, b = f"netpol-a-{suffix}", f"netpol-b-{suffix}"
     try:
         for ns, team in ((a, "a"), (b, "b")):
-            _apply({"apiVersion": "v1", "kind": "Namespace",
-                    "metadata": {"name": ns, "labels": {"team": team}}})  # fmt: skip
+            _apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": ns, "labels": {"team": team}},
+                }
+            )
         for ns in (a, b):
             for _ in range(150):  # pods are refused until the default service account exists
-                if kubectl("-n", ns, "get", "serviceaccount", "default", "-o",
-                           "jsonpath={.secrets[0].name}", check=False):  # fmt: skip
+                if kubectl(
+                    "-n",
+                    ns,
+                    "get",
+                    "serviceaccount",
+                    "default",
+                    "-o",
+                    "jsonpath={.secrets[0].name}",
+                    check=False,
+                ):
                     break
                 time.sleep(0.2)
-        for ns, name, role in ((a, "server", "server"), (a, "client", "client"),
-                               (a, "other", "other"), (b, "client", "client")):  # fmt: skip
-            _apply({"apiVersion": "v1", "kind": "Pod",
+        for ns, name, role in (
+            (a, "server", "server"),
+            (a, "client", "client"),
+            (a, "other", "other"),
+            (b, "client", "client"),
+        ):
+            _apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
                     "metadata": {"name": name, "namespace": ns, "labels": {"role": role}},
-                    "spec": {"automountServiceAccountToken": False, "enableServiceLinks": False,
-                             "dnsPolicy": "Default", "terminationGracePeriodSeconds": 1,
-                             "containers": [{"name": "c", "image": BUSYBOX_IMAGE,
-                                             "imagePullPolicy": "Never",
-                                             "command": ["/bin/sh", "-c", SERVE]}]}})  # fmt: skip
+                    "spec": {
+                        "automountServiceAccountToken": False,
+                        "enableServiceLinks": False,
+                        "dnsPolicy": "Default",
+                        "terminationGracePeriodSeconds": 1,
+                        "containers": [
+                            {
+                                "name": "c",
+                                "image": BUSYBOX_IMAGE,
+                                "imagePullPolicy": "Never",
+                                "command": ["/bin/sh", "-c", SERVE],
+                            }
+                        ],
+                    },
+                }
+            )
         for ns in (a, b):
             kubectl("-n", ns, "wait", "--for=condition=Ready", "pod", "--all", "--timeout=90s")
         ips = {}
@@ -481,36 +644,75 @@ def test_the_test_cluster_enforces_network_policies(backend, scratch):
     assert _connects(a, "client", node, 6443)
 
     # ingress: only role=client pods of a, on 8080; then a second policy adds b's clients
-    _apply({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+    _apply(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
             "metadata": {"name": "clients-8080", "namespace": a},
-            "spec": {"podSelector": {"matchLabels": {"role": "server"}},
-                     "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}],
-                                  "ports": [{"protocol": "TCP", "port": 8080}]}]}})  # fmt: skip
+            "spec": {
+                "podSelector": {"matchLabels": {"role": "server"}},
+                "ingress": [
+                    {
+                        "from": [{"podSelector": {"matchLabels": {"role": "client"}}}],
+                        "ports": [{"protocol": "TCP", "port": 8080}],
+                    }
+                ],
+            },
+        }
+    )
     _enforced([a, b])
     assert _connects(a, "client", server, 8080)
     assert not _connects(a, "client", server, 8081)  # port
     assert not _connects(a, "other", server, 8080)  # label
     assert not _connects(b, "client", server, 8080)  # podSelector alone: a's pods only
     assert _connects(a, "server", ips[f"{a}/other"], 8081)  # other pods: unrestricted
-    _apply({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+    _apply(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
             "metadata": {"name": "team-b-clients", "namespace": a},
-            "spec": {"podSelector": {"matchLabels": {"role": "server"}},
-                     "ingress": [{"from": [{
-                         "namespaceSelector": {"matchExpressions": [
-                             {"key": "team", "operator": "In", "values": ["b"]}]},
-                         "podSelector": {"matchLabels": {"role": "client"}}}]}]}})  # fmt: skip
+            "spec": {
+                "podSelector": {"matchLabels": {"role": "server"}},
+                "ingress": [
+                    {
+                        "from": [
+                            {
+                                "namespaceSelector": {
+                                    "matchExpressions": [
+                                        {"key": "team", "operator": "In", "values": ["b"]}
+                                    ]
+                                },
+                                "podSelector": {"matchLabels": {"role": "client"}},
+                            }
+                        ]
+                    }
+                ],
+            },
+        }
+    )
     _enforced([a, b])
     assert _connects(b, "client", server, 8081)  # any port from b's clients
     assert not _connects(a, "other", server, 8080)
 
     # egress: a's client reaches only the pod network but the server, and the API server
-    _apply({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+    _apply(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
             "metadata": {"name": "client-out", "namespace": a},
-            "spec": {"podSelector": {"matchLabels": {"role": "client"}}, "policyTypes": ["Egress"],
-                     "egress": [{"to": [{"ipBlock": {"cidr": "10.244.0.0/24",
-                                                     "except": [f"{server}/32"]}}]},
-                                {"to": [{"ipBlock": {"cidr": f"{node}/32"}}],
-                                 "ports": [{"protocol": "TCP", "port": 6443}]}]}})  # fmt: skip
+            "spec": {
+                "podSelector": {"matchLabels": {"role": "client"}},
+                "policyTypes": ["Egress"],
+                "egress": [
+                    {"to": [{"ipBlock": {"cidr": "10.244.0.0/24", "except": [f"{server}/32"]}}]},
+                    {
+                        "to": [{"ipBlock": {"cidr": f"{node}/32"}}],
+                        "ports": [{"protocol": "TCP", "port": 6443}],
+                    },
+                ],
+            },
+        }
+    )
     _enforced([a, b])
     assert not _connects(a, "client", server, 8080)  # the server admits it; its egress does not
     assert _connects(a, "client", ips[f"{a}/other"], 8080)

@@ -289,9 +289,10 @@ def compile_rules(
         meta, spec = policy["metadata"], policy.get("spec") or {}
         ns, name = meta.get("namespace", ""), meta.get("name", "")
         selected = [
-            p for p in pods
+            p
+            for p in pods
             if p.namespace == ns and selector_matches(spec.get("podSelector"), p.labels)
-        ]  # fmt: skip
+        ]
         if not selected:
             continue  # its rules would be jumped to by no pod's chain
         for direction in policy_types(spec):
@@ -501,8 +502,9 @@ def write_status(path: Path, status: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def status_of(snapshot: Mapping[str, list[dict[str, Any]]], ruleset: Ruleset, syncs: int,
-              config: Config) -> dict[str, Any]:  # fmt: skip
+def status_of(
+    snapshot: Mapping[str, list[dict[str, Any]]], ruleset: Ruleset, syncs: int, config: Config
+) -> dict[str, Any]:
     cidr = config.pod_cidr
     return {
         "pid": os.getpid(),
@@ -530,8 +532,9 @@ def run(args: argparse.Namespace) -> int:
         "namespaces": core.list_namespace,
         "networkpolicies": networking.list_network_policy_for_all_namespaces,
     }
-    config = Config(bridge=args.bridge, pod_cidr=args.pod_cidr,
-                    police_node_traffic=args.police_node_traffic)  # fmt: skip
+    config = Config(
+        bridge=args.bridge, pod_cidr=args.pod_cidr, police_node_traffic=args.police_node_traffic
+    )
     store = Store(kinds)
     stop = threading.Event()
 
@@ -559,8 +562,9 @@ def run(args: argparse.Namespace) -> int:
         if store.listed != set(kinds):
             continue
         snapshot = store.snapshot()
-        ruleset = compile_rules(snapshot["pods"], snapshot["namespaces"],
-                                snapshot["networkpolicies"], config)  # fmt: skip
+        ruleset = compile_rules(
+            snapshot["pods"], snapshot["namespaces"], snapshot["networkpolicies"], config
+        )
         periodic = time.monotonic() - last_apply >= args.resync
         if ruleset.text == last_text and not periodic:
             continue
@@ -579,9 +583,14 @@ def run(args: argparse.Namespace) -> int:
         syncs += 1
         last_apply = time.monotonic()
         if ruleset.text != last_text or syncs == 1:
-            log.info("sync %d: %d chains, %d pods isolated for ingress, %d for egress (%.0f ms)",
-                     syncs, len(ruleset.chains), len(ruleset.ingress_isolated),
-                     len(ruleset.egress_isolated), (last_apply - started) * 1000)  # fmt: skip
+            log.info(
+                "sync %d: %d chains, %d pods isolated for ingress, %d for egress (%.0f ms)",
+                syncs,
+                len(ruleset.chains),
+                len(ruleset.ingress_isolated),
+                len(ruleset.egress_isolated),
+                (last_apply - started) * 1000,
+            )
         last_text = ruleset.text
         if status_path:
             write_status(status_path, status_of(snapshot, ruleset, syncs, config))
@@ -598,13 +607,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bridge", default="cni0")
     parser.add_argument("--pod-cidr", default="10.244.0.0/24")
     parser.add_argument("--resync", type=float, default=15.0, help="seconds between full applies")
-    parser.add_argument("--police-node-traffic", action="store_true",
-                        help="apply pods' ingress policy to traffic from the node itself too")  # fmt: skip
+    parser.add_argument(
+        "--police-node-traffic",
+        action="store_true",
+        help="apply pods' ingress policy to traffic from the node itself too",
+    )
     parser.add_argument("--once", action="store_true", help="apply once and exit")
     parser.add_argument("--print", action="store_true", help="print the rules, apply nothing")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stdout,
-                        format="%(asctime)s %(levelname)s %(threadName)s: %(message)s")  # fmt: skip
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stdout,
+        format="%(asctime)s %(levelname)s %(threadName)s: %(message)s",
+    )
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retries: we log our own
     if args.print:
         from kubernetes import client
@@ -614,9 +629,12 @@ def main(argv: list[str] | None = None) -> int:
         core, networking = client.CoreV1Api(), client.NetworkingV1Api()
         raw = [
             json.loads(call(_preload_content=False).data)["items"]
-            for call in (core.list_pod_for_all_namespaces, core.list_namespace,
-                         networking.list_network_policy_for_all_namespaces)
-        ]  # fmt: skip
+            for call in (
+                core.list_pod_for_all_namespaces,
+                core.list_namespace,
+                networking.list_network_policy_for_all_namespaces,
+            )
+        ]
         config = Config(args.bridge, args.pod_cidr, args.police_node_traffic)
         ruleset = compile_rules(*raw, config)
         sys.stdout.write(ruleset.text + "COMMIT\n")

@@ -56,12 +56,16 @@ def image(
         yield IMAGES["docker"]
         return
     root = tmp_path_factory.mktemp("rootfs")
-    container = subprocess.run(["docker", "create", IMAGES["docker"]], capture_output=True,
-                               text=True, check=True, timeout=120).stdout.strip()  # fmt: skip
+    container = subprocess.run(
+        ["docker", "create", IMAGES["docker"]],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.strip()
     try:
         export = subprocess.Popen(["docker", "export", container], stdout=subprocess.PIPE)
-        subprocess.run(["tar", "-x", "-C", str(root)], stdin=export.stdout, check=True,
-                       timeout=600)  # fmt: skip
+        subprocess.run(["tar", "-x", "-C", str(root)], stdin=export.stdout, check=True, timeout=600)
         assert export.wait(timeout=60) == 0
     finally:
         subprocess.run(["docker", "rm", "-f", container], capture_output=True, timeout=120)

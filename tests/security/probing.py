@@ -218,8 +218,9 @@ def find_on_host(name: str, roots: list[Path], seconds: float = 60) -> list[str]
     existing = [str(r) for r in roots if r.exists()]
     if not existing:
         return []
-    done = subprocess.run(["timeout", str(seconds), "find", *existing, "-name", name],
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        ["timeout", str(seconds), "find", *existing, "-name", name], capture_output=True, text=True
+    )
     return done.stdout.split()
 
 

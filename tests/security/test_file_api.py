@@ -47,8 +47,9 @@ def _host_bytes(sandbox_content: bytes | str, host_files: dict[str, bytes]) -> l
 
 def _symlink(sandbox, links: dict[str, str]) -> None:
     """Make each symlink inside the sandbox (``ln -s``); fail unless every one was made."""
-    made = {link: sandbox.exec(["ln", "-sfT", target, link]).exit_code
-            for link, target in links.items()}  # fmt: skip
+    made = {
+        link: sandbox.exec(["ln", "-sfT", target, link]).exit_code for link, target in links.items()
+    }
     assert set(made.values()) == {0}, f"the sandbox could not make its links: {made}"
 
 
@@ -80,8 +81,13 @@ def test_the_file_api_does_not_follow_a_sandboxs_symlinks_to_host_files(
     paths = [f"{folder}/{n}" for n in targets if n != "secret-dir"]
     paths.append(f"{folder}/secret-dir/{secret.name}")
     # ...and host paths asked for directly, and through /proc and ``..``.
-    paths += ["/etc/shadow", str(secret), f"/proc/1/root{secret}", f"/proc/self/root{secret}",
-              "/workspace/" + "../" * 12 + str(secret).lstrip("/")]  # fmt: skip
+    paths += [
+        "/etc/shadow",
+        str(secret),
+        f"/proc/1/root{secret}",
+        f"/proc/self/root{secret}",
+        "/workspace/" + "../" * 12 + str(secret).lstrip("/"),
+    ]
     given = {path: _host_bytes(_download(blocked_sandbox, path), host_files) for path in paths}
     assert {path: files for path, files in given.items() if files} == {}
 
@@ -92,8 +98,14 @@ def test_the_file_api_does_not_upload_through_a_symlink_onto_the_host(
     secret = host_secrets[0]
     folder = f"/workspace/{unique('links')}"
     blocked_sandbox.exec(["mkdir", "-p", folder])
-    _symlink(blocked_sandbox, {f"{folder}/etc": "/etc", f"{folder}/dir": str(secret.path.parent),
-                               f"{folder}/file": str(secret.path)})  # fmt: skip
+    _symlink(
+        blocked_sandbox,
+        {
+            f"{folder}/etc": "/etc",
+            f"{folder}/dir": str(secret.path.parent),
+            f"{folder}/file": str(secret.path),
+        },
+    )
     name = unique()
     landed = [Path("/etc") / name, secret.path.parent / name]
     try:
@@ -128,10 +140,12 @@ def test_a_sandbox_cannot_hardlink_a_host_file_into_its_workspace(
     """``ln /etc/shadow /workspace/h``: refused, or the sandbox's own /etc/shadow."""
     targets = ["/etc/shadow", *(str(s.path) for s in host_secrets)]
     result = run_probe(blocked_sandbox, HARDLINK_PROBE, targets=targets, name=unique("hard"))
-    made = {t: outcome.split()[1] for t, outcome in result["links"].items()
-            if outcome.startswith("ok ")}  # fmt: skip
-    given = {link: _host_bytes(_download(blocked_sandbox, link), host_files)
-             for link in made.values()}  # fmt: skip
+    made = {
+        t: outcome.split()[1] for t, outcome in result["links"].items() if outcome.startswith("ok ")
+    }
+    given = {
+        link: _host_bytes(_download(blocked_sandbox, link), host_files) for link in made.values()
+    }
     assert {link: files for link, files in given.items() if files} == {}
     blocked_sandbox.exec(["rm", "-f", *made.values()])
 
@@ -186,11 +200,12 @@ def test_the_file_api_cannot_be_raced_into_host_files(
     own = b"the sandbox's own bytes"
     blocked_sandbox.upload_content(f"{folder}/x", own)
     blocked_sandbox.upload_content(f"{folder}/d/{secret.path.name}", own)
-    _symlink(blocked_sandbox, {f"{folder}/x.link": str(secret.path),
-                               f"{folder}/d.link": str(secret.path.parent)})  # fmt: skip
+    _symlink(
+        blocked_sandbox,
+        {f"{folder}/x.link": str(secret.path), f"{folder}/d.link": str(secret.path.parent)},
+    )
     before = set(secret.path.parent.iterdir())
-    swapping = blocked_sandbox.start(probe_command(SWAPPER, folder=folder, seconds=12),
-                                     timeout=60)  # fmt: skip
+    swapping = blocked_sandbox.start(probe_command(SWAPPER, folder=folder, seconds=12), timeout=60)
     downloads: dict[str, list] = {"x": [], "d": []}
     uploads = 0
     deadline = time.monotonic() + 10

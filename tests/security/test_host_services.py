@@ -94,8 +94,13 @@ def test_a_sandbox_cannot_reach_a_service_on_the_hosts_loopback(
 ):
     sandbox = blocked_sandbox if block_network else open_sandbox
     with MarkerService() as service:
-        result = run_probe(sandbox, CONNECT_PROBE, timeout=120, ports=[service.port],
-                           targets=[("127.0.0.1", service.port), ("localhost", service.port)])  # fmt: skip
+        result = run_probe(
+            sandbox,
+            CONNECT_PROBE,
+            timeout=120,
+            ports=[service.port],
+            targets=[("127.0.0.1", service.port), ("localhost", service.port)],
+        )
     assert connections_made(result) == {}, result
     assert service.accepted == [], f"the host service was reached from {service.accepted}"
 
@@ -106,8 +111,13 @@ def test_a_sandbox_cannot_reach_the_orchestrators_api(
 ):
     sandbox = blocked_sandbox if block_network else open_sandbox
     port = urlparse(server.url).port
-    result = run_probe(sandbox, CONNECT_PROBE, timeout=120, ports=[port],
-                       targets=[("127.0.0.1", port), ("localhost", port)])  # fmt: skip
+    result = run_probe(
+        sandbox,
+        CONNECT_PROBE,
+        timeout=120,
+        ports=[port],
+        targets=[("127.0.0.1", port), ("localhost", port)],
+    )
     assert connections_made(result) == {}, result
 
 
@@ -121,8 +131,9 @@ def test_a_sandbox_with_a_blocked_network_reaches_no_host_service(blocked_sandbo
     )
     with MarkerService(host="0.0.0.0") as service:
         targets = [(address, service.port) for address in addresses]
-        result = run_probe(blocked_sandbox, CONNECT_PROBE, timeout=180, ports=[service.port],
-                           targets=targets)  # fmt: skip
+        result = run_probe(
+            blocked_sandbox, CONNECT_PROBE, timeout=180, ports=[service.port], targets=targets
+        )
     assert connections_made(result) == {}, result
     assert service.accepted == [], f"the host service was reached from {service.accepted}"
 

@@ -84,8 +84,7 @@ def test_a_sandbox_cannot_remount_a_host_filesystem_writable(blocked_sandbox):
     name = unique()
     host_dirs = [Path("/"), Path("/usr"), Path("/etc")]
     try:
-        result = run_probe(blocked_sandbox, REMOUNT_PROBE, targets=["/", "/usr", "/etc"],
-                           name=name)  # fmt: skip
+        result = run_probe(blocked_sandbox, REMOUNT_PROBE, targets=["/", "/usr", "/etc"], name=name)
         assert result["attempts"], result
         remounted = {
             target: succeeded(tried)
@@ -124,8 +123,9 @@ NEW_MOUNTS = {
 
 @pytest.mark.parametrize("kind", list(NEW_MOUNTS))
 def test_a_sandbox_cannot_mount_a_filesystem(blocked_sandbox, kind):
-    result = run_probe(blocked_sandbox, NEW_MOUNT_PROBE, mount=NEW_MOUNTS[kind],
-                       name=unique("orchard-mnt"))  # fmt: skip
+    result = run_probe(
+        blocked_sandbox, NEW_MOUNT_PROBE, mount=NEW_MOUNTS[kind], name=unique("orchard-mnt")
+    )
     assert not result["mount"].startswith("ok"), result
 
 

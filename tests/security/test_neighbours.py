@@ -77,8 +77,9 @@ for pid in os.listdir("/proc"):
 
 def search(sandbox, names: list[str], contents: list[str], paths: list[str]) -> dict:
     """Run SEARCH_PROBE and assert it searched everything it meant to."""
-    result = run_probe(sandbox, SEARCH_PROBE, timeout=240, seconds=150, names=names,
-                       contents=contents, paths=paths)  # fmt: skip
+    result = run_probe(
+        sandbox, SEARCH_PROBE, timeout=240, seconds=150, names=names, contents=contents, paths=paths
+    )
     assert result["complete"], "the search ran out of time: it proves nothing"
     assert len(result["reads"]) == 2 * len(paths), result
     return result

@@ -172,9 +172,17 @@ REFUSALS = {"EPERM", "EACCES", "ENOSYS"}
 
 @pytest.mark.parametrize(
     "call",
-    ["bpf", "perf_event_open", "add_key", "keyctl", "init_module", "finit_module",
-     "open_by_handle_at", "reboot"],
-)  # fmt: skip
+    [
+        "bpf",
+        "perf_event_open",
+        "add_key",
+        "keyctl",
+        "init_module",
+        "finit_module",
+        "open_by_handle_at",
+        "reboot",
+    ],
+)
 def test_a_sandbox_cannot_reach_the_kernels_privileged_interfaces(blocked_sandbox, call):
     result = run_probe(blocked_sandbox, KERNEL_INTERFACE_PROBE, call=call, name=unique())
     assert result["outcome"] in REFUSALS, result

@@ -17,8 +17,14 @@ def test_health(single: Agent) -> None:
     from orchard_env_agent.build import build_id
 
     r = single.client.get("/health")
-    assert r.json() == {"status": "ok", "version": "0.1.0", "mode": "single", "sandboxes": 1,
-                        "build": build_id(), "jobs_running": 0}  # fmt: skip
+    assert r.json() == {
+        "status": "ok",
+        "version": "0.1.0",
+        "mode": "single",
+        "sandboxes": 1,
+        "build": build_id(),
+        "jobs_running": 0,
+    }
 
 
 def test_exit_stderr_cwd_env(single: Agent) -> None:

@@ -49,9 +49,12 @@ def helper(tmp_path_factory: pytest.TempPathFactory) -> str:
     return built
 
 
-def _enter(helper: str, holder: int, cwd: str, argv: list[str]) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
-    return subprocess.run(enter.enter_argv(helper, holder, cwd, [], argv),
-                          capture_output=True, start_new_session=True)  # fmt: skip
+def _enter(
+    helper: str, holder: int, cwd: str, argv: list[str]
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        enter.enter_argv(helper, holder, cwd, [], argv), capture_output=True, start_new_session=True
+    )
 
 
 def test_the_command_runs_in_the_sandbox_with_its_status(helper: str, holder: int) -> None:
@@ -74,7 +77,9 @@ def _status(helper: str, holder: int) -> dict[str, str]:
     return dict(line.split(":\t", 1) for line in done.stdout.decode().splitlines() if ":\t" in line)
 
 
-def test_commands_keep_only_a_containers_capabilities_with_seccomp(helper: str, holder: int) -> None:  # fmt: skip
+def test_commands_keep_only_a_containers_capabilities_with_seccomp(
+    helper: str, holder: int
+) -> None:
     status = _status(helper, holder)
     kept = 0x800405FB  # chown dac_override fowner fsetid kill setgid setuid setpcap
     # net_bind_service sys_chroot setfcap: Docker's default less mknod, net_raw, audit_write
@@ -93,8 +98,9 @@ def test_the_seccomp_program_is_printed_whole(helper: str) -> None:
 def test_a_holder_without_a_user_namespace_is_refused(helper: str, tmp_path: Path) -> None:
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
-        done = subprocess.run(enter.enter_argv(helper, sleeper.pid, "/", [], ["true"]),
-                              capture_output=True)  # fmt: skip
+        done = subprocess.run(
+            enter.enter_argv(helper, sleeper.pid, "/", [], ["true"]), capture_output=True
+        )
         assert done.returncode == 125 and b"no user namespace of its own" in done.stderr
     finally:
         sleeper.kill()
@@ -104,12 +110,15 @@ def test_a_holder_without_a_user_namespace_is_refused(helper: str, tmp_path: Pat
 def test_missing_command_and_bad_cwd(helper: str, holder: int) -> None:
     new = _enter(helper, holder, "/", ["no-such-binary-here"])
     assert new.returncode == 127 and b"no-such-binary-here" in new.stderr
-    new = subprocess.run(enter.enter_argv(helper, holder, "/no/such/dir", [], ["true"]),
-                         capture_output=True)  # fmt: skip
+    new = subprocess.run(
+        enter.enter_argv(helper, holder, "/no/such/dir", [], ["true"]), capture_output=True
+    )
     assert new.returncode == 125 and b"/no/such/dir" in new.stderr
 
 
-def test_a_cgroup_it_cannot_join_stops_the_command(helper: str, holder: int, tmp_path: Path) -> None:  # fmt: skip
+def test_a_cgroup_it_cannot_join_stops_the_command(
+    helper: str, holder: int, tmp_path: Path
+) -> None:
     missing = str(tmp_path / "no-cgroup" / "cgroup.procs")
     done = subprocess.run(
         enter.enter_argv(helper, holder, "/", [missing], ["touch", "/workspace/ran"]),
@@ -123,8 +132,9 @@ def test_joins_the_cgroup_before_running(helper: str, holder: int, tmp_path: Pat
     # A plain file stands in for cgroup.procs: the helper writes its pid there first.
     procs = tmp_path / "cgroup.procs"
     procs.write_text("")
-    done = subprocess.run(enter.enter_argv(helper, holder, "/", [str(procs)], ["true"]),
-                          capture_output=True)  # fmt: skip
+    done = subprocess.run(
+        enter.enter_argv(helper, holder, "/", [str(procs)], ["true"]), capture_output=True
+    )
     assert done.returncode == 0, done.stderr
     assert procs.read_text().strip().isdigit()
 

@@ -39,9 +39,16 @@ def _member(name, kind=tarfile.REGTYPE, linkname="", mode=0o644):
         _member("hard", tarfile.LNKTYPE, "../x"),
         _member("dev", tarfile.CHRTYPE),
     ],
-    ids=["dotdot", "nested-dotdot", "absolute", "abs-symlink", "out-symlink", "out-hardlink",
-         "device"],
-)  # fmt: skip
+    ids=[
+        "dotdot",
+        "nested-dotdot",
+        "absolute",
+        "abs-symlink",
+        "out-symlink",
+        "out-hardlink",
+        "device",
+    ],
+)
 def test_escapes_and_special_files_are_refused(mode, member, tmp_path):
     with pytest.raises(tarsafe.RefusedMember):
         tarsafe.check_members([member], str(tmp_path))

@@ -155,8 +155,12 @@ async def test_exec_keeps_waiting_when_the_server_answers_running(fake):
         job = await sandbox.exec(["echo", "hi"], cwd="/w", timeout=5)
     assert job.succeeded and job.stdout == "hi\n"
     assert body(fake.calls("POST", "/sandboxes/sb-1/exec")[0]) == {
-        "command": ["echo", "hi"], "timeout_seconds": 5, "cwd": "/w", "login_shell": False, "wait": True,
-    }  # fmt: skip
+        "command": ["echo", "hi"],
+        "timeout_seconds": 5,
+        "cwd": "/w",
+        "login_shell": False,
+        "wait": True,
+    }
     assert len(fake.calls("GET", "/jobs/job-1/wait")) == 2
 
 

@@ -73,8 +73,14 @@ def test_unknown_response_fields_are_ignored():
 def test_request_models_are_registered_with_their_field_names():
     names = {n: [f.name for f in attrs.fields(c)] for n, c in models.REQUEST_MODELS.items()}
     assert names["ExecRequest"] == [
-        "command", "timeout_seconds", "cwd", "env", "login_shell", "wait", "stdin",
-    ]  # fmt: skip
+        "command",
+        "timeout_seconds",
+        "cwd",
+        "env",
+        "login_shell",
+        "wait",
+        "stdin",
+    ]
     assert "idle_timeout_seconds" in names["CreateSandboxRequest"]
     assert set(names) == {
         "CreateSandboxRequest",

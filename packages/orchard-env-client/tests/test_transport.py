@@ -25,7 +25,8 @@ async def test_connection_refused_is_connection_failed() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # closed again: nothing listens there
-    async with AsyncSandboxClient(base_url=f"http://127.0.0.1:{port}", max_retries=0,
-                                  transport=AiohttpTransport()) as c:  # fmt: skip
+    async with AsyncSandboxClient(
+        base_url=f"http://127.0.0.1:{port}", max_retries=0, transport=AiohttpTransport()
+    ) as c:
         with pytest.raises(ConnectionFailed):
             await c.list_sandboxes()

@@ -284,13 +284,29 @@ def run_json(capsys, *argv: str) -> dict:
 def test_cli_json_with_explicit_inputs(capsys):
     out = run_json(
         capsys,
-        "--sandboxes", "10", "--hours", "2",
-        "--vcpu-per-sandbox", "1", "--gib-per-sandbox", "2",
-        "--node-vcpus", "8", "--node-memory-gib", "32",
-        "--on-demand-usd-per-hour", "0.4", "--spot-usd-per-hour", "0.16",
-        "--managed-usd-per-vcpu-second", "0.00001", "--managed-usd-per-gib-second", "0.000002",
-        "--sandboxes-per-node", "4",
-    )  # fmt: skip
+        "--sandboxes",
+        "10",
+        "--hours",
+        "2",
+        "--vcpu-per-sandbox",
+        "1",
+        "--gib-per-sandbox",
+        "2",
+        "--node-vcpus",
+        "8",
+        "--node-memory-gib",
+        "32",
+        "--on-demand-usd-per-hour",
+        "0.4",
+        "--spot-usd-per-hour",
+        "0.16",
+        "--managed-usd-per-vcpu-second",
+        "0.00001",
+        "--managed-usd-per-gib-second",
+        "0.000002",
+        "--sandboxes-per-node",
+        "4",
+    )
     assert out["nodes"] == 3
     assert out["self_hosted_on_demand_usd"] == pytest.approx(2.4)
     assert out["managed_usd"] == pytest.approx(72000 * 0.00001 + 144000 * 0.000002)
@@ -343,7 +359,18 @@ def test_cli_bad_input_exits_2_with_a_message(capsys, argv, message):
 
 def test_cli_rejects_both_density_sources(capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
-        main(["cost", "--sandboxes", "1", "--hours", "1", "--sandboxes-per-node", "2",
-              "--from-bench", str(tmp_path / "b.json")])  # fmt: skip
+        main(
+            [
+                "cost",
+                "--sandboxes",
+                "1",
+                "--hours",
+                "1",
+                "--sandboxes-per-node",
+                "2",
+                "--from-bench",
+                str(tmp_path / "b.json"),
+            ]
+        )
     assert exit_info.value.code == 2
     assert "not allowed with" in capsys.readouterr().err

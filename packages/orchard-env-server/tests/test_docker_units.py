@@ -41,9 +41,16 @@ def test_cpu_quantities(text, cores):
 
 @pytest.mark.parametrize(
     ("text", "size"),
-    [("512Mi", 512 << 20), ("1Gi", 1 << 30), ("1G", 10**9), ("64k", 64 << 10),
-     ("512m", 512 << 20), ("1.5Gi", 3 << 29), ("1000", 1000)],
-)  # fmt: skip
+    [
+        ("512Mi", 512 << 20),
+        ("1Gi", 1 << 30),
+        ("1G", 10**9),
+        ("64k", 64 << 10),
+        ("512m", 512 << 20),
+        ("1.5Gi", 3 << 29),
+        ("1000", 1000),
+    ],
+)
 def test_memory_quantities(text, size):
     assert parse_memory(text) == size
 
@@ -70,8 +77,11 @@ def test_the_spec_replaces_the_entrypoint_with_the_agent_and_keeps_the_image_con
     spec = _spec(env={"A": "1"})
     assert spec["Entrypoint"] == agent_entry()
     assert spec["Cmd"][:4] == [
-        "--uds", "/.orchard/run/agent.sock", "--token-file", "/.orchard/run/token",
-    ]  # fmt: skip
+        "--uds",
+        "/.orchard/run/agent.sock",
+        "--token-file",
+        "/.orchard/run/token",
+    ]
     assert "WorkingDir" not in spec and "User" not in spec  # the image's own stay in force
     assert spec["Env"] == ["ORCHARD_SANDBOX_ID=sbx-1", "A=1"]  # no token, no token file
     assert spec["Labels"] == {
@@ -100,9 +110,18 @@ def test_too_little_memory_for_the_agent_is_refused():
 
 # Docker's default set (moby's oci/caps/defaults.go) less MKNOD, NET_RAW and AUDIT_WRITE.
 KEPT = {
-    "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "NET_BIND_SERVICE", "SETFCAP",
-    "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
-}  # fmt: skip
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+}
 
 
 def test_the_sandbox_capability_set_is_dockers_default_less_three():
@@ -124,9 +143,23 @@ def test_the_container_gets_nothing_of_the_host(block_network):
     """No host namespace, device, path, socket or published port: only the two mounts."""
     spec = _spec(block_network=block_network)
     host = spec["HostConfig"]
-    for key in ("PidMode", "IpcMode", "UTSMode", "UsernsMode", "CgroupnsMode", "Devices",
-                "DeviceRequests", "DeviceCgroupRules", "Binds", "VolumesFrom", "PortBindings",
-                "CapabilityAdd", "Sysctls", "Runtime", "Isolation"):  # fmt: skip
+    for key in (
+        "PidMode",
+        "IpcMode",
+        "UTSMode",
+        "UsernsMode",
+        "CgroupnsMode",
+        "Devices",
+        "DeviceRequests",
+        "DeviceCgroupRules",
+        "Binds",
+        "VolumesFrom",
+        "PortBindings",
+        "CapabilityAdd",
+        "Sysctls",
+        "Runtime",
+        "Isolation",
+    ):
         assert key not in host, key
     assert "ExposedPorts" not in spec and "Volumes" not in spec
     assert host["PublishAllPorts"] is False

@@ -429,8 +429,10 @@ def test_the_ingress_policy_selects_every_sandbox_and_admits_only_the_orchestrat
         ]
     else:
         assert [p["ipBlock"]["cidr"] for p in rule["from"]] == [
-            "10.250.0.1/32", "10.244.0.1/32", "fd00::2/128",
-        ]  # fmt: skip
+            "10.250.0.1/32",
+            "10.244.0.1/32",
+            "fd00::2/128",
+        ]
 
 
 def test_with_no_orchestrator_address_the_ingress_policy_admits_no_one():
@@ -489,8 +491,11 @@ def test_api_server_addresses_come_from_the_service_its_endpoints_and_the_url():
         ]
     }
     assert api_server_addresses(service, endpoints, "https://10.250.0.1:6443") == [
-        "10.96.0.1", "fd00:96::1", "10.250.0.1", "10.250.0.2",
-    ]  # fmt: skip
+        "10.96.0.1",
+        "fd00:96::1",
+        "10.250.0.1",
+        "10.250.0.2",
+    ]
     assert api_server_addresses({"spec": {"clusterIP": "10.0.0.1"}}, None, "https://k8s:443") == [
         "10.0.0.1"
     ]
@@ -580,8 +585,10 @@ def test_the_backend_creates_the_policies_or_patches_existing_ones(tmp_path, mon
     backend._api = api  # type: ignore[assignment]
     asyncio.run(backend._ensure_network_policies())
     assert [(verb, name) for verb, name, _ in api.calls] == [
-        ("create", INGRESS_POLICY), ("create", EGRESS_POLICY), ("patch", EGRESS_POLICY),
-    ]  # fmt: skip
+        ("create", INGRESS_POLICY),
+        ("create", EGRESS_POLICY),
+        ("patch", EGRESS_POLICY),
+    ]
     egress = api.calls[-1][2]["spec"]["egress"][0]["to"][0]["ipBlock"]["except"]
     assert {"10.96.0.1/32", "10.250.0.1/32"} <= set(egress)
 
@@ -597,8 +604,9 @@ def test_a_runtime_class_the_cluster_lacks_is_named_as_such(tmp_path):
     backend = KubernetesBackend(
         Settings(backend="kubernetes", state_dir=tmp_path, runtime_class="gvisor")
     )
-    rejected = KubeError(403, '403 pods "orchard-x" is forbidden: pod rejected: '
-                              'RuntimeClass "gvisor" not found')  # fmt: skip
+    rejected = KubeError(
+        403, '403 pods "orchard-x" is forbidden: pod rejected: RuntimeClass "gvisor" not found'
+    )
     assert "runtime class 'gvisor' is not in the cluster" in str(backend._create_error(rejected))
     assert "may not create" in str(backend._create_error(KubeError(403, "403 forbidden")))
 
@@ -627,9 +635,20 @@ def test_record_round_trips_through_the_pod():
     back = record_from_pod(json.loads(json.dumps(pod)))  # as it comes back from the API
     assert back is not None
     for field in (
-        "sandbox_id", "tenant", "image", "block_network", "cpu", "memory", "timeout", "env",
-        "workdir", "labels", "ttl_seconds", "idle_timeout_seconds", "created_at",
-    ):  # fmt: skip
+        "sandbox_id",
+        "tenant",
+        "image",
+        "block_network",
+        "cpu",
+        "memory",
+        "timeout",
+        "env",
+        "workdir",
+        "labels",
+        "ttl_seconds",
+        "idle_timeout_seconds",
+        "created_at",
+    ):
         assert getattr(back, field) == getattr(record, field), field
     assert back.backend_state == {"pod": pod["metadata"]["name"]}
 

@@ -108,12 +108,24 @@ def test_uid_ranges_are_distinct_released_and_reclaimed_when_stale(tmp_path):
 
 
 def test_the_holder_runs_in_a_user_namespace_with_staged_sources(tmp_path):
-    view = [ViewMount("/bin", symlink="usr/bin"), ViewMount("/usr", source=Path("/usr")),
-            ViewMount("/state", tmpfs=True)]  # fmt: skip
-    spec = HolderSpec("s1", "/usr/bin/bwrap", view, tmp_path / "w", tmp_path / "t",
-                      seccomp=tmp_path / "f.bpf", resolv_conf=None, uid=FIRST_UID)  # fmt: skip
-    argv = holder_argv(spec, ["/stage/0", "/stage/1", "/stage/2"],
-                       {"seccomp": 5, "block": 6, "info": 7})  # fmt: skip
+    view = [
+        ViewMount("/bin", symlink="usr/bin"),
+        ViewMount("/usr", source=Path("/usr")),
+        ViewMount("/state", tmpfs=True),
+    ]
+    spec = HolderSpec(
+        "s1",
+        "/usr/bin/bwrap",
+        view,
+        tmp_path / "w",
+        tmp_path / "t",
+        seccomp=tmp_path / "f.bpf",
+        resolv_conf=None,
+        uid=FIRST_UID,
+    )
+    argv = holder_argv(
+        spec, ["/stage/0", "/stage/1", "/stage/2"], {"seccomp": 5, "block": 6, "info": 7}
+    )
     joined = " ".join(argv)
     assert "--unshare-user --userns-block-fd 6 --uid 0 --gid 0 --seccomp 5" in joined
     assert "--ro-bind /stage/0 /usr" in joined and "--symlink usr/bin /bin" in joined

@@ -50,12 +50,23 @@ def test_request_bodies_reject_unknown_fields(schemas):
 def test_every_contract_route_is_served(tmp_path):
     paths = create_app(Settings(state_dir=tmp_path)).openapi()["paths"]
     expected = [
-        "/", "/health", "/resources", "/metrics", "/sandboxes", "/sandboxes/{sandbox_id}",
-        "/sandboxes/{sandbox_id}/wait", "/sandboxes/{sandbox_id}/heartbeat",
-        "/sandboxes/{sandbox_id}/exec", "/sandboxes/{sandbox_id}/exec/stream",
-        "/jobs/{job_id}", "/jobs/{job_id}/wait", "/jobs/{job_id}/cancel",
-        "/sandboxes/{sandbox_id}/apply_patch", "/sandboxes/{sandbox_id}/files",
-        "/sandboxes/{sandbox_id}/files/list", "/sandboxes/{sandbox_id}/fs",
+        "/",
+        "/health",
+        "/resources",
+        "/metrics",
+        "/sandboxes",
+        "/sandboxes/{sandbox_id}",
+        "/sandboxes/{sandbox_id}/wait",
+        "/sandboxes/{sandbox_id}/heartbeat",
+        "/sandboxes/{sandbox_id}/exec",
+        "/sandboxes/{sandbox_id}/exec/stream",
+        "/jobs/{job_id}",
+        "/jobs/{job_id}/wait",
+        "/jobs/{job_id}/cancel",
+        "/sandboxes/{sandbox_id}/apply_patch",
+        "/sandboxes/{sandbox_id}/files",
+        "/sandboxes/{sandbox_id}/files/list",
+        "/sandboxes/{sandbox_id}/fs",
         "/sandboxes/{sandbox_id}/ports/{port}/{path}",
-    ]  # fmt: skip
+    ]
     assert [p for p in expected if p not in paths] == []

@@ -33,8 +33,14 @@ def test_tenants_come_from_keys_and_auth_is_off_without_keys():
 
 
 def test_a_record_survives_persistence():
-    record = SandboxRecord(sandbox_id="s1", tenant="t", image="host", labels={"a": "b"},
-                           ttl_seconds=5, backend_state={"pid": 3})  # fmt: skip
+    record = SandboxRecord(
+        sandbox_id="s1",
+        tenant="t",
+        image="host",
+        labels={"a": "b"},
+        ttl_seconds=5,
+        backend_state={"pid": 3},
+    )
     record.agent = AgentEndpoint("http://x", "tok", "s1")
     again = SandboxRecord.from_persisted(record.to_persisted())
     assert again.to_persisted() == record.to_persisted()

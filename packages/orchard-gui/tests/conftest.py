@@ -43,8 +43,7 @@ def gui_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningServer]:
     require_backend(request.param)
-    srv = RunningServer(backend=request.param,
-                        state_dir=tmp_path_factory.mktemp("gui-state") / "s")  # fmt: skip
+    srv = RunningServer(backend=request.param, state_dir=tmp_path_factory.mktemp("gui-state") / "s")
     srv.start()
     yield srv
     srv.stop()

@@ -97,10 +97,18 @@ async def sandbox(service: RunningServer) -> AsyncIterator[AsyncSandbox]:
             await box.upload_content("/tmp/site/index.html", INDEX)
             await box.upload_content("/tmp/site/other.html", OTHER)
             await box.start(
-                ["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1",
-                 "--directory", "/tmp/site"],
+                [
+                    "python3",
+                    "-m",
+                    "http.server",
+                    "8000",
+                    "--bind",
+                    "127.0.0.1",
+                    "--directory",
+                    "/tmp/site",
+                ],
                 timeout=3600,
-            )  # fmt: skip
+            )
             yield box
         finally:
             await box.delete()

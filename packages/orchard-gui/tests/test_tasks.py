@@ -36,25 +36,75 @@ fast = pytest.mark.fast
 
 # Records in the published shapes (values shortened).
 WEBVOYAGER = [
-    {"web_name": "Allrecipes", "id": "Allrecipes--0", "ques": "Provide a recipe for vegetarian lasagna with more than 100 reviews.", "web": "https://www.allrecipes.com/"},
-    {"web_name": "Allrecipes", "id": "Allrecipes--1", "ques": "Find a vegan brownie recipe with at least 4.5 stars.", "web": "https://www.allrecipes.com/"},
-    {"web_name": "GitHub", "id": "GitHub--3", "ques": "Find the latest release of a popular Python web framework.", "web": "https://github.com/"},
-]  # fmt: skip
+    {
+        "web_name": "Allrecipes",
+        "id": "Allrecipes--0",
+        "ques": "Provide a recipe for vegetarian lasagna with more than 100 reviews.",
+        "web": "https://www.allrecipes.com/",
+    },
+    {
+        "web_name": "Allrecipes",
+        "id": "Allrecipes--1",
+        "ques": "Find a vegan brownie recipe with at least 4.5 stars.",
+        "web": "https://www.allrecipes.com/",
+    },
+    {
+        "web_name": "GitHub",
+        "id": "GitHub--3",
+        "ques": "Find the latest release of a popular Python web framework.",
+        "web": "https://github.com/",
+    },
+]
 WEBVOYAGER_ANSWERS = {
-    "Allrecipes": {"notice": "", "answers": [
-        {"id": 0, "type": "possible", "ans": "Vegetarian Four Cheese Lasagna"},
-        {"id": 1, "type": "golden", "ans": "Fudgy Vegan Brownies"},
-    ]},
+    "Allrecipes": {
+        "notice": "",
+        "answers": [
+            {"id": 0, "type": "possible", "ans": "Vegetarian Four Cheese Lasagna"},
+            {"id": 1, "type": "golden", "ans": "Fudgy Vegan Brownies"},
+        ],
+    },
     "GitHub": {"answers": []},
-}  # fmt: skip
+}
 DEEPSHOP = [
-    {"web_name": "Amazon", "id": "Amazon--14", "ques": "Find the new surge protector on Amazon with 6 to 8 outlets under 25 dollars with customer reviews above 4+ stars.", "web": "https://www.amazon.com/?language=en_US&currency=USD", "attribute": "New surge protector with 6 to 8 outlets under 25 dollars", "filter": "Surge protector with customer reviews above 4+ stars", "sort": "None", "category": "Electronics", "difficulty": "easy"},
-    {"web_name": "Amazon", "id": "Amazon--300", "ques": "Locate a green Xbox Wireless controller rated 4.5+ stars, cheapest with free shipping.", "web": "https://www.amazon.com/?language=en_US&currency=USD", "attribute": "Green Xbox Wireless controller", "filter": "rated above 4.5 stars", "sort": "sorted by lowest price", "category": "Electronics", "difficulty": "medium"},
-]  # fmt: skip
+    {
+        "web_name": "Amazon",
+        "id": "Amazon--14",
+        "ques": "Find the new surge protector on Amazon with 6 to 8 outlets under 25 dollars with customer reviews above 4+ stars.",
+        "web": "https://www.amazon.com/?language=en_US&currency=USD",
+        "attribute": "New surge protector with 6 to 8 outlets under 25 dollars",
+        "filter": "Surge protector with customer reviews above 4+ stars",
+        "sort": "None",
+        "category": "Electronics",
+        "difficulty": "easy",
+    },
+    {
+        "web_name": "Amazon",
+        "id": "Amazon--300",
+        "ques": "Locate a green Xbox Wireless controller rated 4.5+ stars, cheapest with free shipping.",
+        "web": "https://www.amazon.com/?language=en_US&currency=USD",
+        "attribute": "Green Xbox Wireless controller",
+        "filter": "rated above 4.5 stars",
+        "sort": "sorted by lowest price",
+        "category": "Electronics",
+        "difficulty": "medium",
+    },
+]
 MIND2WEB = [
-    {"task_id": "ade4c09ad3fdb1607209750924cd232f", "confirmed_task": "Compare the prices of the two cheapest flights from NYC to LA next Friday.", "website": "https://www.kayak.com/", "reference_length": 9, "level": "medium"},
-    {"task_id": "1b6a5e4c2f0b0f3a9d8e7c6b5a4f3e2d", "confirmed_task": "Find the opening hours of the nearest library.", "website": "https://www.nypl.org/", "reference_length": 4, "level": "easy"},
-]  # fmt: skip
+    {
+        "task_id": "ade4c09ad3fdb1607209750924cd232f",
+        "confirmed_task": "Compare the prices of the two cheapest flights from NYC to LA next Friday.",
+        "website": "https://www.kayak.com/",
+        "reference_length": 9,
+        "level": "medium",
+    },
+    {
+        "task_id": "1b6a5e4c2f0b0f3a9d8e7c6b5a4f3e2d",
+        "confirmed_task": "Find the opening hours of the nearest library.",
+        "website": "https://www.nypl.org/",
+        "reference_length": 4,
+        "level": "easy",
+    },
+]
 
 
 def _jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
@@ -199,8 +249,13 @@ def test_check_answer() -> None:
 
 @fast
 def test_check_form_and_order() -> None:
-    expected = {"full_name": "Mira Okafor", "email": "m@x.org", "plot": "Medium",
-                "watering": "Evening", "agree": True}  # fmt: skip
+    expected = {
+        "full_name": "Mira Okafor",
+        "email": "m@x.org",
+        "plot": "Medium",
+        "watering": "Evening",
+        "agree": True,
+    }
     state: dict[str, Any] = {"garden": {"submissions": []}}
     assert check_form(expected, state) == 0.0
     state["garden"]["submissions"] = [{**expected, "full_name": " mira okafor "}]
@@ -210,8 +265,13 @@ def test_check_form_and_order() -> None:
     state["garden"]["submissions"] = [expected, expected]
     assert check_form(expected, state) == 0.0
 
-    order = {"items": {"trowel-ash": 1, "tray-seed": 1}, "name": "Ada Moss",
-             "address": "9 Hill Street", "city": "Norcombe", "shipping": "Standard"}  # fmt: skip
+    order = {
+        "items": {"trowel-ash": 1, "tray-seed": 1},
+        "name": "Ada Moss",
+        "address": "9 Hill Street",
+        "city": "Norcombe",
+        "shipping": "Standard",
+    }
     shop: dict[str, Any] = {"shop": {"orders": []}}
     assert check_order(order, shop) == 0.0
     shop["shop"]["orders"] = [{**order, "total_cents": 2540}]

@@ -852,8 +852,17 @@ def fetch_sdist(project: Project, cache: Path, sdist_dir: Path | None) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         pip = _pip_command()
-        cmd = [*pip, "download", "--no-binary", ":all:", "--no-deps", "-q", "-d", tmp,
-               f"{project.name}=={project.version}"]  # fmt: skip
+        cmd = [
+            *pip,
+            "download",
+            "--no-binary",
+            ":all:",
+            "--no-deps",
+            "-q",
+            "-d",
+            tmp,
+            f"{project.name}=={project.version}",
+        ]
         print(f"  {' '.join(cmd)}")
         subprocess.run(cmd, check=True)
         got = Path(tmp) / project.sdist
@@ -963,10 +972,28 @@ class Repo:
         return env
 
     def git(self, *args: str, date: datetime | None = None, input: str | None = None) -> str:
-        config = ["-c", "core.autocrlf=false", "-c", "core.filemode=true", "-c", "commit.gpgsign=false",
-                  "-c", "tag.gpgsign=false", "-c", "init.defaultBranch=main", "-c", "pack.threads=1",
-                  "-c", "core.bigFileThreshold=512m", "-c", "advice.detachedHead=false",
-                  "-c", "diff.noprefix=false", "-c", "diff.mnemonicPrefix=false"]  # fmt: skip
+        config = [
+            "-c",
+            "core.autocrlf=false",
+            "-c",
+            "core.filemode=true",
+            "-c",
+            "commit.gpgsign=false",
+            "-c",
+            "tag.gpgsign=false",
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "pack.threads=1",
+            "-c",
+            "core.bigFileThreshold=512m",
+            "-c",
+            "advice.detachedHead=false",
+            "-c",
+            "diff.noprefix=false",
+            "-c",
+            "diff.mnemonicPrefix=false",
+        ]
         done = subprocess.run(
             ["git", *config, *args],
             cwd=self.path,

@@ -23,8 +23,7 @@ def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningServer]:
     require_backend(request.param)
-    srv = RunningServer(backend=request.param,
-                        state_dir=tmp_path_factory.mktemp("swe-state") / "s")  # fmt: skip
+    srv = RunningServer(backend=request.param, state_dir=tmp_path_factory.mktemp("swe-state") / "s")
     srv.start()
     yield srv
     srv.stop()
@@ -57,8 +56,12 @@ TESTS_NEW = TESTS_OLD + (
 
 
 def _git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
-                           *args], check=True, capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return done.stdout
 
 
@@ -86,14 +89,22 @@ def calc_task(tmp_path_factory) -> Task:
     gold = _diff_after(repo, {"calc.py": FIXED_ADD + "\n\ndef mul(a, b):\n    return a * b\n"})
     test_patch = _diff_after(repo, {"tests/test_calc.py": TESTS_NEW})
     return Task(
-        instance_id="calc__calc-1", repo="example/calc", base_commit=base,
-        problem_statement="add() and mul() are wrong", patch=gold, test_patch=test_patch,
+        instance_id="calc__calc-1",
+        repo="example/calc",
+        base_commit=base,
+        problem_statement="add() and mul() are wrong",
+        patch=gold,
+        test_patch=test_patch,
         fail_to_pass=("tests/test_calc.py::test_add_negative", "tests/test_calc.py::test_mul"),
-        pass_to_pass=("tests/test_calc.py::test_add_positive",), repo_url=str(repo),
+        pass_to_pass=("tests/test_calc.py::test_add_positive",),
+        repo_url=str(repo),
         install_config=InstallConfig(test_cmd="python3 -m pytest -rA -p no:cacheprovider tests"),
-        extra={"half": _diff_after(repo, {"calc.py": CALC.replace(
-            "a + b if a > 0 else a - b", "a + b")})},
-    )  # fmt: skip
+        extra={
+            "half": _diff_after(
+                repo, {"calc.py": CALC.replace("a + b if a > 0 else a - b", "a + b")}
+            )
+        },
+    )
 
 
 # A real small language model (SmolLM2-135M on CPU) behind an OpenAI-compatible endpoint.

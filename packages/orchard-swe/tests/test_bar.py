@@ -216,16 +216,28 @@ def test_first_request_is_at_least_n() -> None:
 
 def test_early_stop_picks_earliest_samples() -> None:
     cfg = BarConfig(profile="orchard", n=4, n_max=16, stride=4, p_min=0.25, p_max=0.75)
-    samples = [Sample(0.0), Sample(1.0), Sample(0.0), Sample(0.0, "truncated"), Sample(1.0),
-               Sample(0.0), Sample(1.0)]  # fmt: skip
+    samples = [
+        Sample(0.0),
+        Sample(1.0),
+        Sample(0.0),
+        Sample(0.0, "truncated"),
+        Sample(1.0),
+        Sample(0.0),
+        Sample(1.0),
+    ]
     decision = decide(samples, cfg)
     assert decision == Selection((0, 1, 2, 4), "found", (0.25, 0.75))
 
 
 def test_fallback_prefers_completed_then_truncated_then_time_exceeded_then_aborted() -> None:
     cfg = BarConfig(profile="orchard", n=3, n_max=5, stride=5, p_min=0.3, p_max=0.7, relax=())
-    samples = [Sample(0.0, "aborted"), Sample(0.0, "time_exceeded"), Sample(0.0, "truncated"),
-               Sample(0.0), Sample(0.0, "truncated")]  # fmt: skip
+    samples = [
+        Sample(0.0, "aborted"),
+        Sample(0.0, "time_exceeded"),
+        Sample(0.0, "truncated"),
+        Sample(0.0),
+        Sample(0.0, "truncated"),
+    ]
     decision = decide(samples, cfg)
     assert decision == Selection((2, 3, 4), "fallback", None)
 
@@ -251,8 +263,9 @@ def _fake_generate(
 
 
 @settings(max_examples=200)
-@given(cfg=configs(), stream=st.lists(samples_st, min_size=60, max_size=60),
-       short=st.integers(0, 3))  # fmt: skip
+@given(
+    cfg=configs(), stream=st.lists(samples_st, min_size=60, max_size=60), short=st.integers(0, 3)
+)
 async def test_bar_rollout_matches_decide(cfg: BarConfig, stream: list[Sample], short: int) -> None:
     calls: list[int] = []
     result = await bar_rollout(_fake_generate(stream, calls, short), cfg)
@@ -316,8 +329,17 @@ def _group(rewards: Sequence[float], statuses: Sequence[str] | None = None) -> G
     statuses = statuses or ["completed"] * len(rewards)
     samples = [Sample(r, s) for r, s in zip(rewards, statuses, strict=True)]
     sel = Selection(tuple(range(len(samples))), "found", (0.0, 1.0))
-    return select(samples, sel, BarConfig(profile="orchard", n=max(1, len(samples)), n_max=max(1, len(samples)),
-                                          p_min=0.0, p_max=1.0)).selected  # fmt: skip
+    return select(
+        samples,
+        sel,
+        BarConfig(
+            profile="orchard",
+            n=max(1, len(samples)),
+            n_max=max(1, len(samples)),
+            p_min=0.0,
+            p_max=1.0,
+        ),
+    ).selected
 
 
 def test_drop_uniform() -> None:
@@ -341,8 +363,10 @@ def test_zero_loss_keeps_samples_for_the_baseline() -> None:
     assert st_ is not None and st_.weights == (1.0, 1.0, 0.0, 0.0)
 
 
-@given(rewards=st.lists(st.sampled_from([0.0, 1.0]), min_size=1, max_size=12),
-       order=st.permutations(["drop", "neg"]))  # fmt: skip
+@given(
+    rewards=st.lists(st.sampled_from([0.0, 1.0]), min_size=1, max_size=12),
+    order=st.permutations(["drop", "neg"]),
+)
 def test_filter_chain_properties(rewards: list[float], order: list[str]) -> None:
     group = _group(rewards)
     hooks = {"drop": DropUniform(), "neg": ZeroLoss.negatives()}

@@ -40,8 +40,11 @@ def test_truncated_samples_are_eligible_but_timed_out_and_aborted_ones_backfill(
 def test_lists_are_ordered_by_status_rank_then_arrival() -> None:
     samples = [RefSample(1.0, "truncated"), P, RefSample(1.0, "truncated"), P]
     assert ordered(samples, "positive") == [1, 3, 0, 2]
-    backfill = [RefSample(None, "aborted"), RefSample(1, "truncated", "TimeExceeded"),
-                RefSample(None)]  # fmt: skip
+    backfill = [
+        RefSample(None, "aborted"),
+        RefSample(1, "truncated", "TimeExceeded"),
+        RefSample(None),
+    ]
     assert ordered(backfill, "backfill") == [2, 1, 0]  # completed 0, timed out 2, aborted 3
 
 

@@ -11,12 +11,25 @@ from orchard_swe.cli import main
 from orchard_swe.training.bar_replay import ReplayInputError, replay_stream
 
 PROMPT = {
-    "n": 4, "n_max": 8, "stride": 2, "p_min": 0.25, "p_max": 0.75,
-    "samples": [{"reward": r, "status": s, "exit_status": None}
-                for r, s in [(1, "completed"), (0, "completed"), (1, "completed"),
-                             (0, "truncated"), (1, "completed"), (1, "completed"),
-                             (None, "aborted"), (1, "completed")]],
-}  # fmt: skip
+    "n": 4,
+    "n_max": 8,
+    "stride": 2,
+    "p_min": 0.25,
+    "p_max": 0.75,
+    "samples": [
+        {"reward": r, "status": s, "exit_status": None}
+        for r, s in [
+            (1, "completed"),
+            (0, "completed"),
+            (1, "completed"),
+            (0, "truncated"),
+            (1, "completed"),
+            (1, "completed"),
+            (None, "aborted"),
+            (1, "completed"),
+        ]
+    ],
+}
 
 
 def _run(lines: list[str], profile: str) -> list[dict[str, object]]:
@@ -28,11 +41,13 @@ def _run(lines: list[str], profile: str) -> list[dict[str, object]]:
 def test_both_profiles_decide_a_prompt() -> None:
     line = json.dumps(PROMPT)
     # The reference looks after 2 samples, then 4, where truncated sample 3 is a negative.
-    assert _run([line], "reference") == [{"generated": 4, "selected": [0, 2, 1, 3],
-                                          "outcome": "found"}]  # fmt: skip
+    assert _run([line], "reference") == [
+        {"generated": 4, "selected": [0, 2, 1, 3], "outcome": "found"}
+    ]
     # Ours asks for n=4 first, counts only completed samples, and lists indices ascending.
-    assert _run([line], "orchard") == [{"generated": 6, "selected": [0, 1, 2, 4],
-                                        "outcome": "found"}]  # fmt: skip
+    assert _run([line], "orchard") == [
+        {"generated": 6, "selected": [0, 1, 2, 4], "outcome": "found"}
+    ]
 
 
 @pytest.mark.parametrize(

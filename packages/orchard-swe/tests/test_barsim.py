@@ -85,8 +85,16 @@ def test_run_is_deterministic_and_consistent() -> None:
     workers=st.integers(1, 64),
 )
 def test_invariants_over_settings(seed: int, alpha: float, beta: float, workers: int) -> None:
-    cfg = SimConfig(seed=seed, alpha=alpha, beta=beta, workers=workers, steps=2, batch=4,
-                    tasks=20, dapo_max_rounds=3)  # fmt: skip
+    cfg = SimConfig(
+        seed=seed,
+        alpha=alpha,
+        beta=beta,
+        workers=workers,
+        steps=2,
+        batch=4,
+        tasks=20,
+        dapo_max_rounds=3,
+    )
     grpo, dapo, *bars = run_sim(cfg)
     assert dapo.useful <= cfg.steps * cfg.batch
     if dapo.detail["short_steps"] == 0:
@@ -97,8 +105,7 @@ def test_invariants_over_settings(seed: int, alpha: float, beta: float, workers:
 
 
 def test_everyone_passes_or_fails() -> None:
-    easy = SimConfig(alpha=50, beta=0.01, p_truncated=0, p_aborted=0, timeout=1e9, steps=2,
-                     batch=4)  # fmt: skip
+    easy = SimConfig(alpha=50, beta=0.01, p_truncated=0, p_aborted=0, timeout=1e9, steps=2, batch=4)
     grpo, _, bar, ours = run_sim(easy, ("grpo", "dapo", "bar", "bar-orchard"))
     for b in (bar, ours):
         assert grpo.zero_adv_share == 1.0 and b.zero_adv_share == 1.0

@@ -51,14 +51,18 @@ def _spans(segments: list[Segment]) -> list[tuple[int, int]]:
         # flat and dipping turns at the edges are trimmed (a segment starts/ends on a rise)
         ([0.25, 0.25, 0.125, 0.5, 0.75, 0.75], 0.3, 0.25, [(2, 4)]),
         # a slow decline (each step within epsilon) eats the gain: two short segments
-        ([0.0, 0.5] + [0.5 - 0.0625 * i for i in range(1, 13)] + [0.25], 0.45, 0.0625,
-         [(0, 1), (13, 14)]),
+        (
+            [0.0, 0.5] + [0.5 - 0.0625 * i for i in range(1, 13)] + [0.25],
+            0.45,
+            0.0625,
+            [(0, 1), (13, 14)],
+        ),
         # a single rising turn that reaches delta exactly
         ([0.0, 0.5], 0.5, 0.0, [(0, 1)]),
         # a drop at the very end does not hurt the rise before it
         ([0.0, 0.25, 0.5, 0.0], 0.5, 0.1, [(0, 2)]),
     ],
-)  # fmt: skip
+)
 def test_synthetic_curves(
     values: list[float], delta: float, epsilon: float, expected: list[tuple[int, int]]
 ) -> None:
@@ -164,10 +168,10 @@ def _trajectory(observations: list[int], status: str | None = None) -> Trajector
     ]
     for turn, n_obs in enumerate(observations):
         messages.append({"role": "assistant", "content": f"a{turn}"})
-        messages.extend({"role": "tool", "content": f"o{turn}.{j}", "tool_call_id": "x"}
-                        for j in range(n_obs))  # fmt: skip
-    meta = TrajectoryMetadata(task_id="i", harness="tools", model="m", attempt=2,
-                              verdict=status)  # fmt: skip
+        messages.extend(
+            {"role": "tool", "content": f"o{turn}.{j}", "tool_call_id": "x"} for j in range(n_obs)
+        )
+    meta = TrajectoryMetadata(task_id="i", harness="tools", model="m", attempt=2, verdict=status)
     return Trajectory(metadata=meta, messages=messages, tools=[{"type": "function"}])
 
 

@@ -33,13 +33,21 @@ def server(local_server: RunningServer) -> RunningServer:
 
 
 def _trajectory(instance_id: str, turns: int, verify: str = "unresolved") -> Trajectory:
-    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You fix bugs."},
-                                  {"role": "user", "content": f"Fix {instance_id}."}]  # fmt: skip
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You fix bugs."},
+        {"role": "user", "content": f"Fix {instance_id}."},
+    ]
     for t in range(turns):
-        msgs += [{"role": "assistant", "content": mini_action(f"echo step {t}", f"Step {t}.")},
-                 {"role": "user", "content": f"<returncode>0</returncode>\n<output>\nstep {t}\n</output>"}]  # fmt: skip
-    meta = TrajectoryMetadata(task_id=instance_id, harness="mini", model="m",
-                              exit_status="step_limit", verdict=verify)  # fmt: skip
+        msgs += [
+            {"role": "assistant", "content": mini_action(f"echo step {t}", f"Step {t}.")},
+            {
+                "role": "user",
+                "content": f"<returncode>0</returncode>\n<output>\nstep {t}\n</output>",
+            },
+        ]
+    meta = TrajectoryMetadata(
+        task_id=instance_id, harness="mini", model="m", exit_status="step_limit", verdict=verify
+    )
     return Trajectory(metadata=meta, messages=msgs)
 
 
@@ -86,8 +94,18 @@ def test_bad_input_is_reported_with_exit_code_2(
 def test_unreachable_services_exit_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = str(_write(tmp_path / "t.jsonl", [_trajectory("a", 1)]))
     dead = f"http://127.0.0.1:{free_port()}"
-    code = main(_credit("--estimator", "judge", "--trajectories", good, "--out",
-                        str(tmp_path / "o.jsonl"), "--judge-url", f"{dead}/v1"))  # fmt: skip
+    code = main(
+        _credit(
+            "--estimator",
+            "judge",
+            "--trajectories",
+            good,
+            "--out",
+            str(tmp_path / "o.jsonl"),
+            "--judge-url",
+            f"{dead}/v1",
+        )
+    )
     assert code == 3 and "does not answer" in capsys.readouterr().err
 
 
@@ -96,8 +114,14 @@ def test_mc_with_an_unknown_task_or_no_orchard_service(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with ScriptedModelServer() as policy:
-        common = ["--estimator", "mc", "--out", str(tmp_path / "o.jsonl"),
-                  "--policy-url", policy.base_url]  # fmt: skip
+        common = [
+            "--estimator",
+            "mc",
+            "--out",
+            str(tmp_path / "o.jsonl"),
+            "--policy-url",
+            policy.base_url,
+        ]
         unknown = str(_write(tmp_path / "u.jsonl", [_trajectory("nobody__nothing-1", 1)]))
         assert main(_credit(*common, "--trajectories", unknown)) == 2
         assert "unknown instance_id 'nobody__nothing-1'" in capsys.readouterr().err
@@ -122,21 +146,37 @@ class PrefixJudge(StubEndpoint):
         match = re.search(r'<attempt turns="(\d+)">', body["messages"][-1]["content"])
         assert match is not None
         answer = self.table[request.headers[INSTANCE_ID_HEADER]][int(match.group(1))]
-        return JSONResponse({"choices": [{"message": {"role": "assistant", "content": answer},
-                                          "finish_reason": "stop"}]})  # fmt: skip
+        return JSONResponse(
+            {
+                "choices": [
+                    {"message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
+                ]
+            }
+        )
 
     async def _models(self, request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": []})
 
     def routes(self) -> list[Route]:
-        return [Route("/v1/chat/completions", self._chat, methods=["POST"]),
-                Route("/v1/models", self._models)]  # fmt: skip
+        return [
+            Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            Route("/v1/models", self._models),
+        ]
 
 
 def _sft_data(samples: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     tokens = tmp_path / "tokens.jsonl"
-    code = main(["sft-data", "--trajectories", str(samples), "--out", str(tokens), "--verify",
-                 "--no-dedupe"])  # fmt: skip
+    code = main(
+        [
+            "sft-data",
+            "--trajectories",
+            str(samples),
+            "--out",
+            str(tokens),
+            "--verify",
+            "--no-dedupe",
+        ]
+    )
     assert code == 0
     stats: dict[str, Any] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert tokens.exists()
@@ -155,16 +195,40 @@ def test_judge_end_to_end_into_sft_data(tmp_path: Path, capsys: pytest.CaptureFi
     table = {"rises": ["0.1", "10%", "P=0.7", "0.8", "0.2"], "flat": ["0.5"] * 3}
     out, curves = tmp_path / "credit.jsonl", tmp_path / "curves.jsonl"
     with PrefixJudge(table) as judge:
-        code = main(_credit("--estimator", "judge", "--trajectories", str(path), "--out", str(out),
-                            "--judge-url", judge.base_url, "--delta", "0.5", "--curves",
-                            str(curves), "--json"))  # fmt: skip
+        code = main(
+            _credit(
+                "--estimator",
+                "judge",
+                "--trajectories",
+                str(path),
+                "--out",
+                str(out),
+                "--judge-url",
+                judge.base_url,
+                "--delta",
+                "0.5",
+                "--curves",
+                str(curves),
+                "--json",
+            )
+        )
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary | {"seconds": 0} == {
-        "out": str(out), "estimator": "judge", "trajectories": 4, "resolved": 1, "estimated": 2,
-        "without_turns": 1, "with_segments": 1, "samples": 2, "whole": 1, "segments": 1,
-        "trained_turns": 4, "seconds": 0, "unparsed": 0,
-    }  # fmt: skip
+        "out": str(out),
+        "estimator": "judge",
+        "trajectories": 4,
+        "resolved": 1,
+        "estimated": 2,
+        "without_turns": 1,
+        "with_segments": 1,
+        "samples": 2,
+        "whole": 1,
+        "segments": 1,
+        "trained_turns": 4,
+        "seconds": 0,
+        "unparsed": 0,
+    }
     records = [json.loads(line) for line in out.read_text().splitlines()]
     segment = next(r for r in records if r["metadata"]["kind"] == "segment")
     assert segment["metadata"]["turns"] == [1, 3] and segment["metadata"]["estimator"] == "judge"
@@ -200,24 +264,65 @@ def test_mc_end_to_end_from_distill_to_sft_data(
     replay with a submit-at-once policy finds V = 0 0 0 1 0 0: turn 2 applied the fix."""
     with ScriptedModelServer() as model:
         model.add(TASK_ID, _recording_script())
-        assert main(["distill", "--harness", "tools", "--model", "scripted", "--base-url",
-                     model.base_url, "--tasks", "builtin", "--ids", TASK_ID, "--out",
-                     str(tmp_path / "run"), "--url", server.url]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "distill",
+                    "--harness",
+                    "tools",
+                    "--model",
+                    "scripted",
+                    "--base-url",
+                    model.base_url,
+                    "--tasks",
+                    "builtin",
+                    "--ids",
+                    TASK_ID,
+                    "--out",
+                    str(tmp_path / "run"),
+                    "--url",
+                    server.url,
+                ]
+            )
+            == 0
+        )
     capsys.readouterr()
     out = tmp_path / "credit.jsonl"
     with ScriptedModelServer() as policy:
-        policy.add(TASK_ID, Script([Step(content="Done.", tool_calls=(ToolCall("submit", {}),))],
-                                   repeat_last=True))  # fmt: skip
-        code = main(_credit("--estimator", "mc", "--trajectories", str(tmp_path / "run"),
-                            "--out", str(out), "--policy-url", policy.base_url, "--k", "1",
-                            "--server-url", server.url, "--delta", "0.5", "--json"))  # fmt: skip
+        policy.add(
+            TASK_ID,
+            Script([Step(content="Done.", tool_calls=(ToolCall("submit", {}),))], repeat_last=True),
+        )
+        code = main(
+            _credit(
+                "--estimator",
+                "mc",
+                "--trajectories",
+                str(tmp_path / "run"),
+                "--out",
+                str(out),
+                "--policy-url",
+                policy.base_url,
+                "--k",
+                "1",
+                "--server-url",
+                server.url,
+                "--delta",
+                "0.5",
+                "--json",
+            )
+        )
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["estimated"] == 1 and summary["segments"] == 1 and summary["whole"] == 0
     assert summary["mc"] | {"sandbox_seconds": 0} == {
-        "continuations": 5, "errors": 0, "resolved": 1, "restored_actions": 10, "diverged": 0,
+        "continuations": 5,
+        "errors": 0,
+        "resolved": 1,
+        "restored_actions": 10,
+        "diverged": 0,
         "sandbox_seconds": 0,
-    }  # fmt: skip
+    }
     (record,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert record["metadata"]["turns"] == [2, 3]
     assert record["metadata"]["values"] == [0.0, 0.0, 0.0, 1.0, 0.0, 0.0]
@@ -236,23 +341,45 @@ def test_mc_end_to_end_from_distill_to_sft_data(
 def test_value_estimator_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A 3-step random-tiny value model (``train-value``) drives ``credit-sft``; its worker
     process is stopped afterwards."""
-    path = _write(tmp_path / "in.jsonl", [_trajectory("good", 2, verify="resolved"),
-                                          _trajectory("bad", 3), _trajectory("worse", 1)])  # fmt: skip
+    path = _write(
+        tmp_path / "in.jsonl",
+        [_trajectory("good", 2, verify="resolved"), _trajectory("bad", 3), _trajectory("worse", 1)],
+    )
     model = tmp_path / "value"
     assert (
         main(["train-value", "--trajectories", str(path), "--out", str(model), "--steps", "3"]) == 0
     )
     capsys.readouterr()
     out = tmp_path / "credit.jsonl"
-    code = main(_credit("--estimator", "value", "--value-model", str(model), "--trajectories",
-                        str(path), "--out", str(out), "--curves", str(tmp_path / "c.jsonl"),
-                        "--json"))  # fmt: skip
+    code = main(
+        _credit(
+            "--estimator",
+            "value",
+            "--value-model",
+            str(model),
+            "--trajectories",
+            str(path),
+            "--out",
+            str(out),
+            "--curves",
+            str(tmp_path / "c.jsonl"),
+            "--json",
+        )
+    )
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["estimated"] == 2 and summary["whole"] == 1
     curves = [json.loads(line) for line in (tmp_path / "c.jsonl").read_text().splitlines()]
     assert [len(c["values"]) for c in curves] == [4, 2]
     assert all(0.0 <= v <= 1.0 for c in curves for v in c["values"])
-    missing = ["--estimator", "value", "--value-model", str(tmp_path / "nothing"),
-               "--trajectories", str(path), "--out", str(out)]  # fmt: skip
+    missing = [
+        "--estimator",
+        "value",
+        "--value-model",
+        str(tmp_path / "nothing"),
+        "--trajectories",
+        str(path),
+        "--out",
+        str(out),
+    ]
     assert main(_credit(*missing)) == 2

@@ -16,11 +16,18 @@ def test_gold_resolves_and_empty_does_not_on_every_builtin_task(server, tmp_path
     tasks = load_tasks("builtin")
     assert len(tasks) >= 8
     gold = tmp_path / "gold.json"
-    gold.write_text(json.dumps([{"instance_id": t.instance_id, "model_patch": t.patch,
-                                 "model_name_or_path": "gold"} for t in tasks]))  # fmt: skip
+    gold.write_text(
+        json.dumps(
+            [
+                {"instance_id": t.instance_id, "model_patch": t.patch, "model_name_or_path": "gold"}
+                for t in tasks
+            ]
+        )
+    )
     empty = tmp_path / "empty.jsonl"
-    empty.write_text("\n".join(json.dumps({"instance_id": t.instance_id, "model_patch": ""})
-                               for t in tasks))  # fmt: skip
+    empty.write_text(
+        "\n".join(json.dumps({"instance_id": t.instance_id, "model_patch": ""}) for t in tasks)
+    )
     outcomes = {}
     for name, path in (("gold", gold), ("empty", empty)):
         assert main(["grade", "--predictions", str(path), "--json", "--url", server.url]) == 0

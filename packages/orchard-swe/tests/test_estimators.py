@@ -93,9 +93,16 @@ def test_planned_prefixes_and_fill() -> None:
 def test_seeds_are_stable_and_distinct() -> None:
     a = continuation_seed(0, "x", 0, 1, 0)
     assert a == continuation_seed(0, "x", 0, 1, 0)
-    others = {continuation_seed(b, i, t, p, k) for b, i, t, p, k in
-              [(1, "x", 0, 1, 0), (0, "y", 0, 1, 0), (0, "x", 1, 1, 0), (0, "x", 0, 2, 0),
-               (0, "x", 0, 1, 1)]}  # fmt: skip
+    others = {
+        continuation_seed(b, i, t, p, k)
+        for b, i, t, p, k in [
+            (1, "x", 0, 1, 0),
+            (0, "y", 0, 1, 0),
+            (0, "x", 1, 1, 0),
+            (0, "x", 0, 2, 0),
+            (0, "x", 0, 1, 1),
+        ]
+    }
     assert a not in others and len(others) == 5
     assert all(0 <= s < 2**31 for s in [a, *others])
 
@@ -122,13 +129,20 @@ def test_recorded_actions_of_both_protocols() -> None:
 
 @pytest.mark.fast
 def test_prefix_end_and_terminal_value() -> None:
-    msgs = [{"role": "system"}, {"role": "user"}, {"role": "assistant"}, {"role": "tool"},
-            {"role": "assistant"}, {"role": "user"}]  # fmt: skip
+    msgs = [
+        {"role": "system"},
+        {"role": "user"},
+        {"role": "assistant"},
+        {"role": "tool"},
+        {"role": "assistant"},
+        {"role": "user"},
+    ]
     assert [prefix_end(msgs, i) for i in range(3)] == [2, 4, 6]
     with pytest.raises(ValueError):
         prefix_end(msgs, 3)
-    meta = TrajectoryMetadata(task_id="i", harness="tools", model="m",
-                              exit_status="submitted", verdict="unresolved")  # fmt: skip
+    meta = TrajectoryMetadata(
+        task_id="i", harness="tools", model="m", exit_status="submitted", verdict="unresolved"
+    )
     assert terminal_value(Trajectory(metadata=meta)) == 0.0
     assert terminal_value(Trajectory(metadata=attrs.evolve(meta, verdict="resolved"))) == 1.0
     assert terminal_value(Trajectory(metadata=attrs.evolve(meta, exit_status="step_limit"))) is None
@@ -172,11 +186,13 @@ def test_render_prefix_keeps_the_task_and_cuts_long_outputs() -> None:
         "type": "function",
         "function": {"name": "bash", "arguments": '{"command": "cat x"}'},
     }
-    msgs: list[dict[str, Any]] = [{"role": "system", "content": "SYSTEM"},
-            {"role": "user", "content": "fix the bug"},
-            {"role": "assistant", "content": "look", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "c", "content": "A" * 5000},
-            {"role": "assistant", "content": "done"}]  # fmt: skip
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "SYSTEM"},
+        {"role": "user", "content": "fix the bug"},
+        {"role": "assistant", "content": "look", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c", "content": "A" * 5000},
+        {"role": "assistant", "content": "done"},
+    ]
     task, transcript = render_prefix(msgs, 1, max_message_chars=300)
     assert task == "fix the bug"
     assert "SYSTEM" not in transcript and "done" not in transcript
@@ -189,14 +205,20 @@ def test_render_prefix_keeps_the_task_and_cuts_long_outputs() -> None:
 
 
 def _trajectory(instance_id: str, turns: int = 2, **meta: Any) -> Trajectory:
-    msgs: list[dict[str, Any]] = [{"role": "system", "content": "s"},
-                                  {"role": "user", "content": f"issue of {instance_id}"}]  # fmt: skip
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": f"issue of {instance_id}"},
+    ]
     for t in range(turns):
-        msgs += [{"role": "assistant", "content": mini_action(f"echo {t}")},
-                 {"role": "user", "content": f"<returncode>0</returncode>\n<output>\n{t}\n</output>"}]  # fmt: skip
+        msgs += [
+            {"role": "assistant", "content": mini_action(f"echo {t}")},
+            {"role": "user", "content": f"<returncode>0</returncode>\n<output>\n{t}\n</output>"},
+        ]
     fields = {"exit_status": "step_limit", "verdict": "unresolved", **meta}
-    return Trajectory(metadata=TrajectoryMetadata(task_id=instance_id, harness="mini",
-                                                  model="m", **fields), messages=msgs)  # fmt: skip
+    return Trajectory(
+        metadata=TrajectoryMetadata(task_id=instance_id, harness="mini", model="m", **fields),
+        messages=msgs,
+    )
 
 
 def _judge(url: str, **config: Any) -> LLMJudge:
@@ -261,9 +283,10 @@ async def test_judge_down_is_a_typed_error() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 async def test_judge_against_the_real_tiny_llm(tiny_llm: str) -> None:
-    judge = LLMJudge(ModelConfig(model="smollm2", base_url=tiny_llm, max_retries=0),
-                     JudgeConfig(retries=1, on_unparseable=0.5, max_tokens=12, max_chars=2000,
-                                 concurrency=2))  # fmt: skip
+    judge = LLMJudge(
+        ModelConfig(model="smollm2", base_url=tiny_llm, max_retries=0),
+        JudgeConfig(retries=1, on_unparseable=0.5, max_tokens=12, max_chars=2000, concurrency=2),
+    )
     traj = _trajectory("tiny", turns=2)
     values = await judge.values(traj)
     assert len(values) == 3 and all(0.0 <= v <= 1.0 for v in values)
@@ -287,8 +310,13 @@ def _recording_script(task: Task, harness: Harness) -> list[Step]:
     write, apply, submit = gold_script(task.patch, harness).steps
     if harness == "tools":
         return [_bash("ls", "Look."), write, apply, _bash("git checkout -q -- .", "Undo."), submit]
-    return [Step(content=mini_action("ls", "Look.")), write, apply,
-            Step(content=mini_action("git checkout -q -- .", "Undo.")), submit]  # fmt: skip
+    return [
+        Step(content=mini_action("ls", "Look.")),
+        write,
+        apply,
+        Step(content=mini_action("git checkout -q -- .", "Undo.")),
+        submit,
+    ]
 
 
 _RECORDED: dict[tuple[str, str], Trajectory] = {}
@@ -302,8 +330,11 @@ async def recorded(
     if key not in _RECORDED:
         with ScriptedModelServer() as model:
             model.add(task.instance_id, _recording_script(task, harness))
-            config = DistillConfig(harness=harness, out_dir=out,
-                                   model=ModelConfig(model="scripted", base_url=model.base_url))  # fmt: skip
+            config = DistillConfig(
+                harness=harness,
+                out_dir=out,
+                model=ModelConfig(model="scripted", base_url=model.base_url),
+            )
             traj = await run_attempt(client, task, 0, config)
         meta = traj.metadata
         assert meta.exit_status == "submitted" and meta.verdict == "unresolved", meta
@@ -330,8 +361,12 @@ async def test_mc_restores_each_prefix_exactly(
     before = await _ids(client)
     with ScriptedModelServer() as policy:
         policy.add(task.instance_id, Script(_submit_now(), repeat_last=True))
-        mc = MonteCarloReplay(client, [task], ModelConfig(model="p", base_url=policy.base_url),
-                              MonteCarloConfig(k=1, concurrency=4))  # fmt: skip
+        mc = MonteCarloReplay(
+            client,
+            [task],
+            ModelConfig(model="p", base_url=policy.base_url),
+            MonteCarloConfig(k=1, concurrency=4),
+        )
         assert mc.units(traj) == 5  # prefixes 0..4; prefix 5 is the graded end
         values = await mc.values(traj)
     assert values == [0.0, 0.0, 0.0, 1.0, 0.0, 0.0]
@@ -364,12 +399,24 @@ class SeededPolicy(StubEndpoint):
         await asyncio.sleep(self.delay_s)
         calls = [{"name": "bash", "arguments": {"command": self.fix}}] if seed % 2 == 0 else []
         calls.append({"name": "submit", "arguments": {}})
-        message = {"role": "assistant", "content": "ok", "tool_calls": [
-            {"id": f"c{seed}_{i}", "type": "function",
-             "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
-            for i, c in enumerate(calls)]}  # fmt: skip
-        return JSONResponse({"choices": [{"message": message, "finish_reason": "tool_calls"}],
-                             "usage": {"prompt_tokens": 1, "completion_tokens": 1}})  # fmt: skip
+        message = {
+            "role": "assistant",
+            "content": "ok",
+            "tool_calls": [
+                {
+                    "id": f"c{seed}_{i}",
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])},
+                }
+                for i, c in enumerate(calls)
+            ],
+        }
+        return JSONResponse(
+            {
+                "choices": [{"message": message, "finish_reason": "tool_calls"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+            }
+        )
 
     def routes(self) -> list[Route]:
         return [Route("/v1/chat/completions", self._chat, methods=["POST"])]
@@ -400,8 +447,9 @@ async def test_mc_values_are_resolved_fractions_with_seeds_and_stride(
     # estimated: 0 and 4 (the fraction of gold-choosing seeds); 5 is the verdict; 1-3 are
     # interpolated
     step = (even[4] - even[0]) / 4
-    assert values == pytest.approx([even[0], even[0] + step, even[0] + 2 * step,
-                                    even[0] + 3 * step, even[4], 0.0])  # fmt: skip
+    assert values == pytest.approx(
+        [even[0], even[0] + step, even[0] + 2 * step, even[0] + 3 * step, even[4], 0.0]
+    )
     assert all(0.0 <= v <= 1.0 for v in values) and len(values) == 6
     assert mc.stats()["errors"] == 0 and mc.stats()["diverged"] == 0
 
@@ -413,8 +461,12 @@ async def test_mc_cancelled_midway_leaves_no_sandbox(
     traj = await recorded(client, task, out)
     before = await _ids(client)
     with SeededPolicy(_fix_command(task), delay_s=60) as policy:
-        mc = MonteCarloReplay(client, [task], ModelConfig(model="p", base_url=policy.base_url),
-                              MonteCarloConfig(k=1, concurrency=3))  # fmt: skip
+        mc = MonteCarloReplay(
+            client,
+            [task],
+            ModelConfig(model="p", base_url=policy.base_url),
+            MonteCarloConfig(k=1, concurrency=3),
+        )
         job = asyncio.ensure_future(mc.values(traj))
         deadline = time.monotonic() + 60
         while len(policy.seen) < 3:  # three continuations are waiting for the policy
@@ -450,8 +502,9 @@ async def test_mc_with_the_real_tiny_llm_policy(
 ) -> None:
     traj = await recorded(client, task, out)
     before = await _ids(client)
-    model = ModelConfig(model="smollm2", base_url=tiny_llm, temperature=0.7, max_tokens=32,
-                        max_retries=0)  # fmt: skip
+    model = ModelConfig(
+        model="smollm2", base_url=tiny_llm, temperature=0.7, max_tokens=32, max_retries=0
+    )
     mc = MonteCarloReplay(client, [task], model, MonteCarloConfig(k=1, stride=5, max_steps=2))
     values = await mc.values(traj)
     assert len(values) == 6 and all(0.0 <= v <= 1.0 for v in values) and values[-1] == 0.0
@@ -472,8 +525,12 @@ async def test_mc_replays_and_resumes_mini_swe_agent(
     submit = Step(content=mini_action("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "Done."))
     with ScriptedModelServer() as policy:
         policy.add(task.instance_id, Script([submit], repeat_last=True))
-        mc = MonteCarloReplay(client, [task], ModelConfig(model="p", base_url=policy.base_url),
-                              MonteCarloConfig(k=1, concurrency=3))  # fmt: skip
+        mc = MonteCarloReplay(
+            client,
+            [task],
+            ModelConfig(model="p", base_url=policy.base_url),
+            MonteCarloConfig(k=1, concurrency=3),
+        )
         values = await mc.values(traj)
     assert values == [0.0, 0.0, 0.0, 1.0, 0.0, 0.0]
     assert mc.stats()["diverged"] == 0 and mc.stats()["errors"] == 0

@@ -84,8 +84,13 @@ class ScriptedGenerate(StubEndpoint):
         if not self.script:
             return JSONResponse({"error": "the script is over"}, status_code=500)
         reply = self.script.pop(0)
-        return JSONResponse({"output_ids": reply.ids, "output_logprobs": reply.logprobs,
-                             "finish_reason": reply.finish})  # fmt: skip
+        return JSONResponse(
+            {
+                "output_ids": reply.ids,
+                "output_logprobs": reply.logprobs,
+                "finish_reason": reply.finish,
+            }
+        )
 
     def routes(self) -> list[Route]:
         return [Route("/generate", self._generate, methods=["POST"])]
@@ -194,8 +199,9 @@ async def test_unsolved_truncated_and_aborted_rollouts(
     assert traj.patch == "" and traj.grade_status == "unresolved"
     wander = [_reply(tokenizer, "I think."), _reply(tokenizer, "```bash\nls\n```")]
     with ScriptedGenerate(wander) as server:
-        traj = await rollout(calc_task, TokenPolicy(server.url, tokenizer), sandboxes,
-                             RolloutConfig(max_turns=2))  # fmt: skip
+        traj = await rollout(
+            calc_task, TokenPolicy(server.url, tokenizer), sandboxes, RolloutConfig(max_turns=2)
+        )
         _check_bookkeeping(traj, [r["input_ids"] for r in server.requests], tokenizer)
     assert traj.status == Status.TRUNCATED and traj.reward == 0.0 and traj.grade_status is None
     assert "no ```bash block" in traj.messages[3]["content"]  # a reply without a command
@@ -205,8 +211,12 @@ async def test_unsolved_truncated_and_aborted_rollouts(
     assert len(traj.turns) == 1 and traj.reward == 0.0
     to = [_reply(tokenizer, "```bash\nsleep 5\n```")]
     with ScriptedGenerate(to) as server:
-        traj = await rollout(calc_task, TokenPolicy(server.url, tokenizer), sandboxes,
-                             RolloutConfig(max_time_s=3.0, command_timeout_s=60))  # fmt: skip
+        traj = await rollout(
+            calc_task,
+            TokenPolicy(server.url, tokenizer),
+            sandboxes,
+            RolloutConfig(max_time_s=3.0, command_timeout_s=60),
+        )
     assert traj.status == Status.TIME_EXCEEDED
     assert traj.to_slime()["status"] == "truncated"
 

@@ -80,12 +80,17 @@ def test_the_gguf_header_reader(tmp_path: Path) -> None:
     tokens = [f"tok{i:07d}" for i in range(300_000)]  # > 4 MiB: the reader must read more
     _gguf_file(
         tmp_path / "m.gguf",
-        [("general.architecture", 8, "llama"), ("tokenizer.ggml.bos_token_id", 4, 1),
-         ("tokenizer.ggml.add_bos_token", 7, False), ("x.scale", 6, 0.5),
-         ("tokenizer.ggml.token_type", 9, (5, [1, -1, 3])), ("tokenizer.ggml.tokens", 9, (8, tokens)),
-         ("tokenizer.chat_template", 8, "{{ x }} ✓")],
+        [
+            ("general.architecture", 8, "llama"),
+            ("tokenizer.ggml.bos_token_id", 4, 1),
+            ("tokenizer.ggml.add_bos_token", 7, False),
+            ("x.scale", 6, 0.5),
+            ("tokenizer.ggml.token_type", 9, (5, [1, -1, 3])),
+            ("tokenizer.ggml.tokens", 9, (8, tokens)),
+            ("tokenizer.chat_template", 8, "{{ x }} ✓"),
+        ],
         tail=b"\0" * 1000,
-    )  # fmt: skip
+    )
     meta = _gguf_metadata(tmp_path / "m.gguf")
     assert meta["general.architecture"] == "llama"
     assert meta["tokenizer.ggml.bos_token_id"] == 1
@@ -102,10 +107,22 @@ def test_the_gguf_header_reader(tmp_path: Path) -> None:
         _gguf_metadata(tmp_path / "cut.gguf")
 
 
-def _traj(messages: list[dict[str, Any]], *, status: str | None = "resolved",
-          exit_status: str = "submitted", attempt: int = 0, tools: list | None = None) -> Trajectory:  # fmt: skip
-    meta = TrajectoryMetadata(task_id="calc-1", harness="tools", model="m", attempt=attempt,
-                              exit_status=exit_status, verdict=status)  # fmt: skip
+def _traj(
+    messages: list[dict[str, Any]],
+    *,
+    status: str | None = "resolved",
+    exit_status: str = "submitted",
+    attempt: int = 0,
+    tools: list | None = None,
+) -> Trajectory:
+    meta = TrajectoryMetadata(
+        task_id="calc-1",
+        harness="tools",
+        model="m",
+        attempt=attempt,
+        exit_status=exit_status,
+        verdict=status,
+    )
     return Trajectory(metadata=meta, messages=messages, tools=tools or [])
 
 
@@ -170,8 +187,26 @@ def _expected_turn(message: dict[str, Any]) -> str:
     return "\n".join([content, *blocks]).strip() + END
 
 
-_FRAGMENTS = ["é", "日本語", "🍎", "```", "\n\n", "  ", "\t", "def f(x):", "<tool_call>", "{}",
-              "</tool_response>", " ", "\n", "'", '"', "\\n", "0", "x"]  # fmt: skip
+_FRAGMENTS = [
+    "é",
+    "日本語",
+    "🍎",
+    "```",
+    "\n\n",
+    "  ",
+    "\t",
+    "def f(x):",
+    "<tool_call>",
+    "{}",
+    "</tool_response>",
+    " ",
+    "\n",
+    "'",
+    '"',
+    "\\n",
+    "0",
+    "x",
+]
 texts = st.lists(
     st.sampled_from(_FRAGMENTS) | st.text(alphabet="abcXYZ019 .,:;!?()[]-_=+*#/", max_size=6),
     max_size=8,
@@ -192,10 +227,13 @@ def conversations(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[int], lis
         calls = draw(st.integers(0, 2)) if uses_tools else 0
         if calls:
             message["tool_calls"] = [
-                {"id": f"c{turn}{j}", "type": "function",
-                 "function": {"name": "bash", "arguments": json.dumps({"command": draw(texts)})}}
+                {
+                    "id": f"c{turn}{j}",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": json.dumps({"command": draw(texts)})},
+                }
                 for j in range(calls)
-            ]  # fmt: skip
+            ]
         messages.append(message)
         for j in range(calls):
             messages.append({"role": "tool", "tool_call_id": f"c{turn}{j}", "content": draw(texts)})
@@ -208,8 +246,14 @@ def conversations(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[int], lis
 def _sample(
     messages: list[dict[str, Any]], loss: list[int], tools: list[dict[str, Any]]
 ) -> SftSample:
-    return SftSample(messages=tuple(messages), loss_mask=tuple(loss), tools=tuple(tools),
-                     kind="segment", instance_id="i", attempt=0)  # fmt: skip
+    return SftSample(
+        messages=tuple(messages),
+        loss_mask=tuple(loss),
+        tools=tuple(tools),
+        kind="segment",
+        instance_id="i",
+        attempt=0,
+    )
 
 
 @pytestmark_tok
@@ -316,8 +360,11 @@ def test_templates_without_an_exact_mask_fail_clearly(tokenizer: Any) -> None:
 
 @pytestmark_tok
 def test_tool_calls_are_rendered_as_the_served_model_sees_them(renderer: ChatRenderer) -> None:
-    call = {"id": "c1", "type": "function",
-            "function": {"name": "bash", "arguments": '{"command": "cat calc.py"}'}}  # fmt: skip
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "bash", "arguments": '{"command": "cat calc.py"}'},
+    }
     messages = [
         {"role": "system", "content": "You fix bugs."},
         {"role": "user", "content": "Fix add()."},
@@ -354,14 +401,22 @@ def test_filters_and_dedupe(tokenizer: Any) -> None:
     kept, stats = build_sft_data(items, tokenizer, SftConfig(verify=True))
     assert stats.to_dict()["dropped"] == {"duplicate": 1, "no_target": 1}
     assert stats.kept == 5 == len(kept) == stats.verified
-    kept, stats = build_sft_data(items, tokenizer, SftConfig(only_resolved=True, max_tokens=300,
-                                 exit_statuses=frozenset({"submitted"})))  # fmt: skip
-    assert stats.to_dict()["dropped"] == {"duplicate": 1, "exit_status": 1, "no_target": 1,
-                                          "not_resolved": 1}  # fmt: skip
+    kept, stats = build_sft_data(
+        items,
+        tokenizer,
+        SftConfig(only_resolved=True, max_tokens=300, exit_statuses=frozenset({"submitted"})),
+    )
+    assert stats.to_dict()["dropped"] == {
+        "duplicate": 1,
+        "exit_status": 1,
+        "no_target": 1,
+        "not_resolved": 1,
+    }
     assert stats.truncated == 1 and kept[-1].metadata["truncated"]
     assert all(len(s.input_ids) <= 300 for s in kept)
-    _, stats = build_sft_data(items, tokenizer, SftConfig(max_tokens=300, drop_long=True,
-                                                          dedupe=False))  # fmt: skip
+    _, stats = build_sft_data(
+        items, tokenizer, SftConfig(max_tokens=300, drop_long=True, dedupe=False)
+    )
     assert stats.to_dict()["dropped"] == {"no_target": 1, "too_long": 1}
     _, stats = build_sft_data(items[:1], tokenizer, SftConfig(max_tokens=5))
     assert stats.to_dict()["dropped"] == {"too_long": 1}
@@ -376,20 +431,33 @@ def test_records_are_what_trl_reads(tokenizer: Any, tmp_path: Path) -> None:
     n = len(rec["input_ids"])
     assert len(rec["attention_mask"]) == len(rec["labels"]) == len(rec["completion_mask"]) == n
     assert rec["attention_mask"] == [1] * n
-    assert rec["labels"] == [t if m else IGNORE_INDEX
-                             for t, m in zip(rec["input_ids"], rec["completion_mask"], strict=True)]  # fmt: skip
+    assert rec["labels"] == [
+        t if m else IGNORE_INDEX
+        for t, m in zip(rec["input_ids"], rec["completion_mask"], strict=True)
+    ]
     assert rec["metadata"]["tokenizer"] == "smollm2"
     assert rec["metadata"]["n_trained_tokens"] == sum(rec["completion_mask"]) > 0
     msgs = samples[0].record("messages")
     assert set(msgs) == {"messages", "tools", "metadata"}
     assert [m.get("weight") for m in msgs["messages"]] == [None, None, 1, None, 1]
     # the conversational record renders back to the same tokens
-    assert ChatRenderer(tokenizer).encode(tokenizer.apply_chat_template(
-        [{k: v for k, v in m.items() if k != "weight"} for m in msgs["messages"]], tokenize=False
-    )) == rec["input_ids"]  # fmt: skip
+    assert (
+        ChatRenderer(tokenizer).encode(
+            tokenizer.apply_chat_template(
+                [{k: v for k, v in m.items() if k != "weight"} for m in msgs["messages"]],
+                tokenize=False,
+            )
+        )
+        == rec["input_ids"]
+    )
     table = pq.read_table(write_records(samples, tmp_path / "sft.parquet"))
-    assert table.column_names == ["input_ids", "attention_mask", "labels", "completion_mask",
-                                  "metadata"]  # fmt: skip
+    assert table.column_names == [
+        "input_ids",
+        "attention_mask",
+        "labels",
+        "completion_mask",
+        "metadata",
+    ]
     assert table.column("input_ids").to_pylist() == [rec["input_ids"]]
     table = pq.read_table(write_records(samples, tmp_path / "m.parquet", "messages"))
     assert json.loads(table.column("tools").to_pylist()[0]) == []
@@ -415,8 +483,19 @@ async def test_credit_samples_go_through_the_same_tokenization(
     # through the file format and the CLI
     (tmp_path / "credit.jsonl").write_text(json.dumps(segment.to_dict()) + "\n")
     out = tmp_path / "credit-sft.jsonl"
-    assert cli_main(["sft-data", "--trajectories", str(tmp_path / "credit.jsonl"),
-                     "--out", str(out), "--verify"]) == 0  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "sft-data",
+                "--trajectories",
+                str(tmp_path / "credit.jsonl"),
+                "--out",
+                str(out),
+                "--verify",
+            ]
+        )
+        == 0
+    )
     [rec] = [json.loads(line) for line in out.read_text().splitlines()]
     assert rec["input_ids"] == tok.input_ids and rec["completion_mask"] == tok.loss_mask
     assert verify_sample(tok, renderer) == []
@@ -427,8 +506,19 @@ def test_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for traj in (_traj(_conversation(3)), _traj(_conversation(3, "x "), status="unresolved")):
         append_jsonl(tmp_path / "run" / "trajectories.jsonl", traj)
     out = tmp_path / "out.jsonl"
-    args = ["sft-data", "--trajectories", str(tmp_path / "run"), "--tokenizer", "smollm2",
-            "--out", str(out), "--only-resolved", "--max-tokens", "100", "--verify"]  # fmt: skip
+    args = [
+        "sft-data",
+        "--trajectories",
+        str(tmp_path / "run"),
+        "--tokenizer",
+        "smollm2",
+        "--out",
+        str(out),
+        "--only-resolved",
+        "--max-tokens",
+        "100",
+        "--verify",
+    ]
     assert cli_main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["kept"] == 1 and summary["dropped"] == {"not_resolved": 1}
@@ -463,20 +553,38 @@ def test_the_tokenizer_equals_transformers_own_gguf_loading(tokenizer: Any) -> N
     in the tiny-LLM venv."""
     if not TORCH_WHEEL.is_file():
         pytest.skip(f"no CPU torch wheel at {TORCH_WHEEL} on this machine")
-    texts = ["hello world", "  leading\n\ttabs\n\n\nand  gaps", "<|im_start|>user\nhi<|im_end|>\n",
-             "naïve café 🍎 日本語", "def f(x):\n    return x ** 2  # ok", "```bash\ncat a.py\n```",
-             "x" * 300 + " y z", '{"name": "bash", "arguments": {"command": "ls -la"}}']  # fmt: skip
-    conv = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
-            {"role": "user", "content": "more"}]  # fmt: skip
+    texts = [
+        "hello world",
+        "  leading\n\ttabs\n\n\nand  gaps",
+        "<|im_start|>user\nhi<|im_end|>\n",
+        "naïve café 🍎 日本語",
+        "def f(x):\n    return x ** 2  # ok",
+        "```bash\ncat a.py\n```",
+        "x" * 300 + " y z",
+        '{"name": "bash", "arguments": {"command": "ls -la"}}',
+    ]
+    conv = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "yo"},
+        {"role": "user", "content": "more"},
+    ]
     done = subprocess.run(
-        [str(ensure_llm_venv()), "-c", _REFERENCE], input=json.dumps([texts, conv]),
-        capture_output=True, text=True, timeout=600, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+        [str(ensure_llm_venv()), "-c", _REFERENCE],
+        input=json.dumps([texts, conv]),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     ref = json.loads(done.stdout.strip().splitlines()[-1])
     assert tokenizer.chat_template == ref["template"]
-    assert [tokenizer.bos_token, tokenizer.eos_token, tokenizer.unk_token,
-            tokenizer.pad_token] == ref["special"]  # fmt: skip
+    assert [
+        tokenizer.bos_token,
+        tokenizer.eos_token,
+        tokenizer.unk_token,
+        tokenizer.pad_token,
+    ] == ref["special"]
     assert [tokenizer(t)["input_ids"] for t in texts] == ref["ids"]
     assert (
         tokenizer.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)

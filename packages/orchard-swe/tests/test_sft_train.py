@@ -23,8 +23,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900
 
 
 def test_the_half_fix_curve_trains_the_write_only() -> None:
-    [segment] = rise_segments(half_fix_curve(2), delta=CreditConfig().delta,
-                              epsilon=CreditConfig().epsilon)  # fmt: skip
+    [segment] = rise_segments(
+        half_fix_curve(2), delta=CreditConfig().delta, epsilon=CreditConfig().epsilon
+    )
     assert (segment.start, segment.stop) == (0, 1)
     assert len(half_fix_curve(5)) == 6 and half_fix_curve(0) == [0.2]
 
@@ -32,8 +33,10 @@ def test_the_half_fix_curve_trains_the_write_only() -> None:
 def test_the_proof_data(proof_dir: Path) -> None:
     summary = json.loads((proof_dir / "summary.json").read_text())
     assert summary["trajectories"] == 4
-    assert summary["verify_status"] == {"tools/scripted-gold: resolved": 2,
-                                        "tools/scripted-half: unresolved": 2}  # fmt: skip
+    assert summary["verify_status"] == {
+        "tools/scripted-gold: resolved": 2,
+        "tools/scripted-half: unresolved": 2,
+    }
     assert summary["credit_samples"] == {"whole": 2, "segment": 2}
     assert summary["sft"]["kept"] == summary["sft"]["verified"] == 4
     records = [json.loads(line) for line in (proof_dir / "sft.jsonl").read_text().splitlines()]
@@ -41,7 +44,9 @@ def test_the_proof_data(proof_dir: Path) -> None:
     assert [r["metadata"]["kind"] for r in records] == ["whole", "segment"] * 2
     for rec in records:
         mask = rec["completion_mask"]
-        assert rec["labels"] == [t if m else IGNORE_INDEX for t, m in zip(rec["input_ids"], mask, strict=True)]  # fmt: skip
+        assert rec["labels"] == [
+            t if m else IGNORE_INDEX for t, m in zip(rec["input_ids"], mask, strict=True)
+        ]
         assert 0 < sum(mask) < len(mask) and mask[0] == 0
     assert records[1]["metadata"]["turns"] == [0, 1]
 
@@ -51,8 +56,21 @@ def test_random_tiny_sft_lowers_the_loss_on_the_training_batch(
 ) -> None:
     data = proof_dir / "sft.jsonl"
     out = tmp_path / "sft-tiny"
-    rc = cli_main(["train-sft", "--data", str(data), "--model", "random-tiny", "--steps", "3",
-                   "--out", str(out), "--max-samples", "2"])  # fmt: skip
+    rc = cli_main(
+        [
+            "train-sft",
+            "--data",
+            str(data),
+            "--model",
+            "random-tiny",
+            "--steps",
+            "3",
+            "--out",
+            str(out),
+            "--max-samples",
+            "2",
+        ]
+    )
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     summary = json.loads(captured.out)
@@ -76,13 +94,19 @@ def test_random_tiny_sft_lowers_the_loss_on_the_training_batch(
     assert report["tokens_per_step"] == [[trained, total]] * 3
     assert trained < total / 2
     # progress was streamed as it came
-    assert [line.split()[1] for line in captured.err.splitlines()
-            if line.startswith("step")] == ["1", "2", "3"]  # fmt: skip
+    assert [line.split()[1] for line in captured.err.splitlines() if line.startswith("step")] == [
+        "1",
+        "2",
+        "3",
+    ]
 
 
 def test_worker_events_are_told_from_other_output() -> None:
     assert parse_event('{"event": "step", "step": 1, "loss": 2.0}\n') == {
-        "event": "step", "step": 1, "loss": 2.0}  # fmt: skip
+        "event": "step",
+        "step": 1,
+        "loss": 2.0,
+    }
     assert parse_event("{'loss': '10.78'}") is None
     assert parse_event('{"loss": 1}') is None
     assert parse_event("step 1") is None

@@ -32,9 +32,15 @@ def test_swe_bench_rows_with_json_string_lists():
 
 
 def test_swe_rebench_install_config_and_image():
-    row = {**ROW, "image_name": "swerebench/proj:1",
-           "install_config": {"install": ["pip install -e .", "pip install pytest"],
-                              "test_cmd": "pytest -rA", "log_parser": "pytest_v2"}}  # fmt: skip
+    row = {
+        **ROW,
+        "image_name": "swerebench/proj:1",
+        "install_config": {
+            "install": ["pip install -e .", "pip install pytest"],
+            "test_cmd": "pytest -rA",
+            "log_parser": "pytest_v2",
+        },
+    }
     task = task_from_row(row)
     assert task.image_name == "swerebench/proj:1"
     assert task.install_config.install == "pip install -e . && pip install pytest"
@@ -42,8 +48,15 @@ def test_swe_rebench_install_config_and_image():
 
 
 def test_scale_swe_style_names_are_understood():
-    row = {"task_id": "x-1", "repo_name": "o/x", "base_sha": "b" * 40, "issue": "bug",
-           "fail_to_pass": ["t::a"], "pass_to_pass": [], "docker_image": "img"}  # fmt: skip
+    row = {
+        "task_id": "x-1",
+        "repo_name": "o/x",
+        "base_sha": "b" * 40,
+        "issue": "bug",
+        "fail_to_pass": ["t::a"],
+        "pass_to_pass": [],
+        "docker_image": "img",
+    }
     task = task_from_row(row)
     assert (task.instance_id, task.repo, task.base_commit) == ("x-1", "o/x", "b" * 40)
     assert task.fail_to_pass == ("t::a",) and task.image_name == "img"

@@ -183,9 +183,26 @@ def test_distill_runs_terminal_bench_tasks(
     with ScriptedModelServer() as model:
         model.add("hello-file", Script([*bash, *submit]))
         model.add("word-count", Script(submit))
-        code = main(["distill", "--harness", "tools", "--model", "scripted", "--base-url",
-                     model.base_url, "--tasks", str(TASKS), "--ids", "hello-file", "word-count",
-                     "--out", str(tmp_path / "run"), "--url", server.url])  # fmt: skip
+        code = main(
+            [
+                "distill",
+                "--harness",
+                "tools",
+                "--model",
+                "scripted",
+                "--base-url",
+                model.base_url,
+                "--tasks",
+                str(TASKS),
+                "--ids",
+                "hello-file",
+                "word-count",
+                "--out",
+                str(tmp_path / "run"),
+                "--url",
+                server.url,
+            ]
+        )
     assert code == 0
     verdicts = {
         t.metadata.task_id: t.metadata.verdict for t in read_jsonl(tmp_path / "run" / TRAJECTORIES)
@@ -194,6 +211,24 @@ def test_distill_runs_terminal_bench_tasks(
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["resolved"] == 1 and summary["attempts"] == 2
     capsys.readouterr()
-    assert main(["distill", "--harness", "tools", "--model", "m", "--tasks", str(TASKS),
-                 "--ids", "nope", "--out", str(tmp_path / "x"), "--url", server.url]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "distill",
+                "--harness",
+                "tools",
+                "--model",
+                "m",
+                "--tasks",
+                str(TASKS),
+                "--ids",
+                "nope",
+                "--out",
+                str(tmp_path / "x"),
+                "--url",
+                server.url,
+            ]
+        )
+        == 2
+    )
     assert "unknown task 'nope'" in capsys.readouterr().err

@@ -68,12 +68,17 @@ def test_models_and_health(tiny_llm: str) -> None:
 @pytest.mark.integration
 @pytest.mark.timeout(900)
 def test_plain_chat(tiny_llm: str) -> None:
-    r = chat(tiny_llm, {
-        "model": "smollm2",
-        "messages": [{"role": "system", "content": "Answer in one short sentence."},
-                     {"role": "user", "content": "What is the capital of France?"}],
-        "max_tokens": 24,
-    })  # fmt: skip
+    r = chat(
+        tiny_llm,
+        {
+            "model": "smollm2",
+            "messages": [
+                {"role": "system", "content": "Answer in one short sentence."},
+                {"role": "user", "content": "What is the capital of France?"},
+            ],
+            "max_tokens": 24,
+        },
+    )
     assert r.status_code == 200, r.text
     choice = check_completion(r.json())
     assert isinstance(choice["message"]["content"], str)
@@ -93,10 +98,14 @@ def test_greedy_is_deterministic(tiny_llm: str) -> None:
 @pytest.mark.integration
 @pytest.mark.timeout(900)
 def test_stop_sequence_ends_generation(tiny_llm: str) -> None:
-    r = chat(tiny_llm, {
-        "messages": [{"role": "user", "content": "What is the capital of France?"}],
-        "stop": ["."], "max_tokens": 40,
-    })  # fmt: skip
+    r = chat(
+        tiny_llm,
+        {
+            "messages": [{"role": "user", "content": "What is the capital of France?"}],
+            "stop": ["."],
+            "max_tokens": 40,
+        },
+    )
     choice = check_completion(r.json())
     assert "." not in choice["message"]["content"]
     assert choice["finish_reason"] == "stop"
@@ -106,12 +115,15 @@ def test_stop_sequence_ends_generation(tiny_llm: str) -> None:
 @pytest.mark.integration
 @pytest.mark.timeout(900)
 def test_request_with_tools(tiny_llm: str) -> None:
-    r = chat(tiny_llm, {
-        "messages": [{"role": "user", "content": "List the files in the current directory."}],
-        "tools": [BASH_TOOL],
-        "tool_choice": "auto",
-        "max_tokens": 48,
-    })  # fmt: skip
+    r = chat(
+        tiny_llm,
+        {
+            "messages": [{"role": "user", "content": "List the files in the current directory."}],
+            "tools": [BASH_TOOL],
+            "tool_choice": "auto",
+            "max_tokens": 48,
+        },
+    )
     assert r.status_code == 200, r.text
     choice = check_completion(r.json())
     message = choice["message"]
@@ -131,9 +143,11 @@ def test_request_with_tools(tiny_llm: str) -> None:
 @pytest.mark.timeout(900)
 def test_malformed_json_is_400(tiny_llm: str) -> None:
     r = httpx.post(
-        f"{tiny_llm}/chat/completions", content=b'{"messages": [', timeout=30,
+        f"{tiny_llm}/chat/completions",
+        content=b'{"messages": [',
+        timeout=30,
         headers={"Content-Type": "application/json"},
-    )  # fmt: skip
+    )
     assert r.status_code == 400
     assert "JSON" in r.json()["error"]["message"]
 
@@ -160,22 +174,38 @@ def test_bad_requests_are_400(tiny_llm: str, body: dict) -> None:
 @pytest.mark.integration
 @pytest.mark.timeout(900)
 def test_conversation_with_tool_calls_and_tool_results(tiny_llm: str) -> None:
-    r = chat(tiny_llm, {
-        "messages": [
-            {"role": "system", "content": "You are a shell agent."},
-            {"role": "user", "content": "How many files are here?"},
-            {"role": "assistant", "content": None, "tool_calls": [{
-                "id": "call_1", "type": "function",
-                "function": {"name": "bash", "arguments": json.dumps({"command": "ls"})},
-            }]},
-            {"role": "tool", "tool_call_id": "call_1", "content": "a.txt\nb.txt\n"},
-            {"role": "assistant", "content": "There are two files. Anything else?",
-             "tool_calls": []},
-            {"role": "user", "content": [{"type": "text", "text": "Thanks, say goodbye."}]},
-        ],
-        "tools": [BASH_TOOL],
-        "max_tokens": 24,
-    })  # fmt: skip
+    r = chat(
+        tiny_llm,
+        {
+            "messages": [
+                {"role": "system", "content": "You are a shell agent."},
+                {"role": "user", "content": "How many files are here?"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {
+                                "name": "bash",
+                                "arguments": json.dumps({"command": "ls"}),
+                            },
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "a.txt\nb.txt\n"},
+                {
+                    "role": "assistant",
+                    "content": "There are two files. Anything else?",
+                    "tool_calls": [],
+                },
+                {"role": "user", "content": [{"type": "text", "text": "Thanks, say goodbye."}]},
+            ],
+            "tools": [BASH_TOOL],
+            "max_tokens": 24,
+        },
+    )
     assert r.status_code == 200, r.text
     check_completion(r.json())
 
@@ -183,10 +213,15 @@ def test_conversation_with_tool_calls_and_tool_results(tiny_llm: str) -> None:
 @pytest.mark.integration
 @pytest.mark.timeout(900)
 def test_streaming(tiny_llm: str) -> None:
-    r = chat(tiny_llm, {
-        "messages": [{"role": "user", "content": "Say hello."}],
-        "max_tokens": 8, "stream": True, "stream_options": {"include_usage": True},
-    })  # fmt: skip
+    r = chat(
+        tiny_llm,
+        {
+            "messages": [{"role": "user", "content": "Say hello."}],
+            "max_tokens": 8,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/event-stream")
     events = [line[len("data: ") :] for line in r.text.splitlines() if line.startswith("data: ")]
@@ -204,9 +239,11 @@ def test_openai_sdk_reads_the_responses(tiny_llm: str) -> None:
     openai = pytest.importorskip("openai")
     client = openai.OpenAI(base_url=tiny_llm, api_key="unused", timeout=300, max_retries=0)
     reply = client.chat.completions.create(
-        model="smollm2", messages=[{"role": "user", "content": "Hi!"}], max_tokens=8,
+        model="smollm2",
+        messages=[{"role": "user", "content": "Hi!"}],
+        max_tokens=8,
         tools=[BASH_TOOL],
-    )  # fmt: skip
+    )
     assert reply.choices[0].message.role == "assistant"
     assert reply.usage is not None and reply.usage.completion_tokens > 0
     with pytest.raises(openai.BadRequestError):
@@ -223,19 +260,31 @@ NAMES = {"bash"}
 @pytest.mark.parametrize(
     ("text", "content", "args"),
     [
-        ('<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>', "",
-         {"command": "ls"}),
-        ('Let me look.\n<tool_call>{"name": "bash", "arguments": {"command": "ls -la"}}', "Let me look.",
-         {"command": "ls -la"}),
+        (
+            '<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call>',
+            "",
+            {"command": "ls"},
+        ),
+        (
+            'Let me look.\n<tool_call>{"name": "bash", "arguments": {"command": "ls -la"}}',
+            "Let me look.",
+            {"command": "ls -la"},
+        ),
         ('{"name": "bash", "arguments": {"command": "pwd"}}', "", {"command": "pwd"}),
         ('```json\n{"name": "bash", "parameters": {"command": "id"}}\n```', "", {"command": "id"}),
-        ('I will run it: {"name": "bash", "arguments": "{\\"command\\": \\"ls\\"}"}', "I will run it:",
-         {"command": "ls"}),
-        ('[{"type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}}]', "",
-         {"command": "ls"}),
+        (
+            'I will run it: {"name": "bash", "arguments": "{\\"command\\": \\"ls\\"}"}',
+            "I will run it:",
+            {"command": "ls"},
+        ),
+        (
+            '[{"type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}}]',
+            "",
+            {"command": "ls"},
+        ),
     ],
     ids=["tagged", "tagged-unclosed", "bare", "fenced-parameters", "inline-string-args", "list"],
-)  # fmt: skip
+)
 def test_tool_calls_are_parsed(text: str, content: str, args: dict) -> None:
     rest, calls = tls.parse_tool_calls(text, NAMES)
     assert rest == content
@@ -273,14 +322,22 @@ def test_messages_are_flattened_for_a_plain_chatml_template() -> None:
         [
             {"role": "developer", "content": "Be brief."},
             {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image_url"}]},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "c1", "type": "function",
-                 "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": '{"command": "ls"}'},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": "c1", "content": "a.txt"},
         ],
         [BASH_TOOL],
         caps,
-    )  # fmt: skip
+    )
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     assert messages[0]["content"].startswith("Be brief.\n\n")
     assert "<tools>" in messages[0]["content"] and '"name": "bash"' in messages[0]["content"]
@@ -296,16 +353,25 @@ def test_messages_are_flattened_for_a_plain_chatml_template() -> None:
 
 @pytest.mark.fast
 def test_templates_that_know_tools_get_them_structured() -> None:
-    caps = tls.TemplateCaps("{% if tools %}{% for m in messages %}{{ m.tool_calls }}"
-                            "{% if m.role == 'tool' %}{% endif %}{% endfor %}{% endif %}")  # fmt: skip
+    caps = tls.TemplateCaps(
+        "{% if tools %}{% for m in messages %}{{ m.tool_calls }}"
+        "{% if m.role == 'tool' %}{% endif %}{% endfor %}{% endif %}"
+    )
     messages = tls.prepare_messages(
-        [{"role": "user", "content": "x"},
-         {"role": "assistant", "content": "", "tool_calls": [
-             {"id": "c1", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]},
-         {"role": "tool", "tool_call_id": "c1", "content": "out"}],
+        [
+            {"role": "user", "content": "x"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": "c1", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "out"},
+        ],
         [BASH_TOOL],
         caps,
-    )  # fmt: skip
+    )
     assert messages[0] == {"role": "user", "content": "x"}  # no injected tool prompt
     assert messages[1]["tool_calls"][0]["function"]["arguments"] == {"command": "ls"}
     assert messages[2] == {"role": "tool", "content": "out", "tool_call_id": "c1"}
@@ -325,14 +391,21 @@ def test_params_are_validated_and_capped() -> None:
 
 @pytest.mark.fast
 def test_stream_chunks_carry_tool_calls_and_usage() -> None:
-    call = {"id": "call_1", "type": "function",
-            "function": {"name": "bash", "arguments": "{}"}}  # fmt: skip
+    call = {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
     body = {
-        "id": "chatcmpl-1", "created": 1, "model": "m", "system_fingerprint": "x",
-        "choices": [{"index": 0, "finish_reason": "tool_calls",
-                     "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
+        "id": "chatcmpl-1",
+        "created": 1,
+        "model": "m",
+        "system_fingerprint": "x",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+            }
+        ],
         "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
-    }  # fmt: skip
+    }
     chunks = tls.stream_chunks(body, include_usage=True)
     assert chunks[1]["choices"][0]["delta"]["tool_calls"][0] == {"index": 0, **call}
     assert chunks[-2]["choices"][0]["finish_reason"] == "tool_calls"

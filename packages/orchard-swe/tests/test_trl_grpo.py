@@ -66,8 +66,9 @@ def requests_count(url: str, method: str, route: str) -> int:
     """How many ``method route`` requests the server has answered (its own counter)."""
     text = httpx.get(f"{url}/metrics", timeout=10).text
     prefix = f'orchard_http_requests_total{{method="{method}",route="{route}",status="'
-    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith(prefix)))  # fmt: skip
+    return int(
+        sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+    )
 
 
 def execs(url: str) -> int:
@@ -104,8 +105,9 @@ def test_bar_groups_become_trl_rows_with_their_loss_weights() -> None:
     cfg = BarConfig(n=4, n_max=8, stride=4, profile="orchard")  # ascending groups, a fallback
 
     def sample(k: int, reward: float) -> Sample:
-        completion = Completion(ids=[10 + k] * (k + 1), logprobs=[-0.5] * (k + 1), text=str(k),
-                                finished=True)  # fmt: skip
+        completion = Completion(
+            ids=[10 + k] * (k + 1), logprobs=[-0.5] * (k + 1), text=str(k), finished=True
+        )
         execution = Execution(answer=str(k), reward=reward, job_id=f"job-{k}")
         return Sample(reward, payload=(completion, execution))
 
@@ -139,8 +141,15 @@ async def test_answers_are_executed_in_a_sandbox_that_is_then_deleted(
     before = execs(url)
     # The text alone would mislead: "3+4" ends in an even digit but is odd, "1--2" is 3,
     # "3*4" is 12 and "12.0" is not an int; "3+" does not parse; the power does not finish.
-    answers = [(ODD, "3+4"), (ODD, "2*4"), (ODD, "1--2"), (ODD, "3+"), (TWELVE, "3*4"),
-               (TWELVE, "12.0"), (ODD, "9**9**9**9")]  # fmt: skip
+    answers = [
+        (ODD, "3+4"),
+        (ODD, "2*4"),
+        (ODD, "1--2"),
+        (ODD, "3+"),
+        (TWELVE, "3*4"),
+        (TWELVE, "12.0"),
+        (ODD, "9**9**9**9"),
+    ]
     runs = await executor.run(answers)
     assert [r.reward for r in runs] == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0]
     assert [r.stdout for r in runs[:3]] == ["7\n", "8\n", "3\n"]
@@ -149,8 +158,7 @@ async def test_answers_are_executed_in_a_sandbox_that_is_then_deleted(
     assert [r.status for r in runs[:6]] == [Status.COMPLETED] * 6
     (sandbox,) = executor.sandboxes_created
     assert executor.sandboxes_deleted == [sandbox]
-    assert all(r.sandbox_id == sandbox and r.job_id and r.job_id.startswith(sandbox)
-               for r in runs)  # fmt: skip
+    assert all(r.sandbox_id == sandbox and r.job_id and r.job_id.startswith(sandbox) for r in runs)
     assert len({r.job_id for r in runs}) == len(runs)
     assert execs(url) - before == len(answers)  # counted by the server
     assert sorted(executor.executions, key=runs.index) == runs  # recorded as they finish
@@ -170,8 +178,12 @@ def test_the_reward_function_executes_unless_the_rollout_already_did(
     assert reward(prompts=prompts, completions=completions) == [1.0, 0.0, 0.0]
     assert execs(url) - before == 3
     assert reward.calls[-1]["source"] == "executed" and all(reward.calls[-1]["job_ids"])
-    given = reward(prompts=prompts, completions=completions, orchard_reward=[0.0, 1.0, 0.0],
-                   orchard_job_id=["a", "b", "c"])  # fmt: skip
+    given = reward(
+        prompts=prompts,
+        completions=completions,
+        orchard_reward=[0.0, 1.0, 0.0],
+        orchard_job_id=["a", "b", "c"],
+    )
     assert given == [0.0, 1.0, 0.0] and reward.calls[-1]["source"] == "rollout"
     assert execs(url) - before == 3  # not executed twice
     assert asyncio.run(labelled_sandboxes(url)) == []
@@ -221,8 +233,9 @@ def _replay_bar(group: dict[str, Any], cfg: BarConfig) -> None:
 def _local_value(answer: str) -> str | None:
     """The answer evaluated by this machine's python, as the sandbox's program prints it."""
     try:
-        done = subprocess.run([sys.executable, "-c", EXPR_PROGRAM, answer], capture_output=True,
-                              text=True, timeout=5)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", EXPR_PROGRAM, answer], capture_output=True, text=True, timeout=5
+        )
     except subprocess.TimeoutExpired:
         return None
     return done.stdout if done.returncode == 0 else ""
@@ -241,11 +254,26 @@ def test_grpo_steps_with_bar_groups_and_sandbox_rewards(
     except LLMVenvError as exc:
         pytest.fail(f"cannot build the training venv: {exc}")
     url, out = local_server.url, tmp_path / "run"
-    before = {"execs": execs(url),
-              "created": requests_count(url, "POST", "/sandboxes"),
-              "deleted": requests_count(url, "DELETE", "/sandboxes/{sandbox_id}")}  # fmt: skip
-    argv = ["train-grpo", "--server-url", url, "--image", "host", "--out", str(out),
-            "--model", "random-tiny", "--steps", "3", "--seed", "0"]  # fmt: skip
+    before = {
+        "execs": execs(url),
+        "created": requests_count(url, "POST", "/sandboxes"),
+        "deleted": requests_count(url, "DELETE", "/sandboxes/{sandbox_id}"),
+    }
+    argv = [
+        "train-grpo",
+        "--server-url",
+        url,
+        "--image",
+        "host",
+        "--out",
+        str(out),
+        "--model",
+        "random-tiny",
+        "--steps",
+        "3",
+        "--seed",
+        "0",
+    ]
     assert cli.main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     cfg = GrpoRunConfig.from_dict(report["config"])
@@ -266,8 +294,13 @@ def test_grpo_steps_with_bar_groups_and_sandbox_rewards(
             assert x["reward"] == 0.0 and x["status"] == "time_exceeded"
             continue
         value = x["stdout"].strip()
-        expected = 1.0 if x["exit_code"] == 0 and re.fullmatch(r"-?\d+", value) and \
-            task.satisfied_by(int(value)) else 0.0  # fmt: skip
+        expected = (
+            1.0
+            if x["exit_code"] == 0
+            and re.fullmatch(r"-?\d+", value)
+            and task.satisfied_by(int(value))
+            else 0.0
+        )
         assert x["reward"] == expected, x
         assert _local_value(x["answer"]) == x["stdout"], x  # it really was evaluated
     assert any(x["reward"] == 1.0 for x in samples) and any(x["reward"] == 0.0 for x in samples)

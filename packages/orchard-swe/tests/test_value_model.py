@@ -39,14 +39,19 @@ def _prefix_texts(traj: Trajectory, renderer: ChatRenderer) -> list[str]:
     to each assistant turn, rendered with the generation prompt."""
     messages = [*traj.messages, {"role": "assistant", "content": ""}]
     prepared, tools, inserted = renderer.prepare(messages, traj.tools)
-    return [renderer.render(prepared[: i + inserted], tools, generation_prompt=True)
-            for i in assistant_positions(messages)]  # fmt: skip
+    return [
+        renderer.render(prepared[: i + inserted], tools, generation_prompt=True)
+        for i in assistant_positions(messages)
+    ]
 
 
 @pytest.mark.integration
 def test_each_prefix_ends_where_its_render_ends(renderer: ChatRenderer) -> None:
-    call = {"id": "c1", "type": "function",
-            "function": {"name": "bash", "arguments": '{"command": "ls"}'}}  # fmt: skip
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "bash", "arguments": '{"command": "ls"}'},
+    }
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": "Fix add()."},
         {"role": "assistant", "content": "Looking.", "tool_calls": [call]},
@@ -73,12 +78,24 @@ def test_each_prefix_ends_where_its_render_ends(renderer: ChatRenderer) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 async def test_train_then_estimate(
-    train_venv: Path, proof_dir: Path, tmp_path: Path, renderer: ChatRenderer,
+    train_venv: Path,
+    proof_dir: Path,
+    tmp_path: Path,
+    renderer: ChatRenderer,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     model_dir = tmp_path / "value"
-    args = ["train-value", "--trajectories", str(proof_dir / "trajectories.jsonl"),
-            "--out", str(model_dir), "--base", "random-tiny", "--steps", "3"]  # fmt: skip
+    args = [
+        "train-value",
+        "--trajectories",
+        str(proof_dir / "trajectories.jsonl"),
+        "--out",
+        str(model_dir),
+        "--base",
+        "random-tiny",
+        "--steps",
+        "3",
+    ]
     rc = await asyncio.to_thread(cli_main, args)
     captured = capsys.readouterr()
     assert rc == 0, captured.err
@@ -91,7 +108,8 @@ async def test_train_then_estimate(
     assert report["loss_before"] == pytest.approx(math.log(2), rel=1e-6)  # head starts at 0
     assert report["loss_after"] < report["loss_before"]
     assert {"value_model.json", "value_head.pt", "backbone", "examples.jsonl"} <= {
-        p.name for p in model_dir.iterdir()}  # fmt: skip
+        p.name for p in model_dir.iterdir()
+    }
 
     trajectories = read_trajectories(proof_dir / "trajectories.jsonl")
     estimator = ValueModelEstimator(model_dir, batch_size=2)
@@ -105,10 +123,15 @@ async def test_train_then_estimate(
             assert all(0.0 <= v <= 1.0 for v in values)
             assert values == pytest.approx(again, abs=1e-5)
         # the values the worker serves are those it trained: the same prefixes, same model
-        resolved = [v for t, vs in zip(trajectories, together, strict=True) for v in vs
-                    if t.metadata.verdict == "resolved"]  # fmt: skip
+        resolved = [
+            v
+            for t, vs in zip(trajectories, together, strict=True)
+            for v in vs
+            if t.metadata.verdict == "resolved"
+        ]
         assert sum(resolved) / len(resolved) == pytest.approx(
-            report["after"]["mean_value_resolved"], abs=1e-4)  # fmt: skip
+            report["after"]["mean_value_resolved"], abs=1e-4
+        )
         samples = await credit_samples(trajectories, estimator, CreditConfig())
         assert sum(s.kind == "whole" for s in samples) == 2
         assert {s.kind for s in samples} <= {"whole", "segment"}

@@ -31,8 +31,7 @@ TEMP_PREFIX = ".orchard-upload-"
 
 
 class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
-                ("resolve", ctypes.c_uint64)]  # fmt: skip
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
 def open_at(
@@ -42,8 +41,9 @@ def open_at(
     ``same_mount``, never through a mount point (``EXDEV``)."""
     resolve = _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS | (_RESOLVE_NO_XDEV if same_mount else 0)
     how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, resolve)
-    fd = _libc.syscall(_SYS_OPENAT2, anchor, os.fsencode(path or "."), ctypes.byref(how),
-                       ctypes.sizeof(how))  # fmt: skip
+    fd = _libc.syscall(
+        _SYS_OPENAT2, anchor, os.fsencode(path or "."), ctypes.byref(how), ctypes.sizeof(how)
+    )
     if fd < 0:
         err = ctypes.get_errno()
         if err == errno.ELOOP:
@@ -89,8 +89,12 @@ class PendingFile:
         self._parent = ensure_dir(anchor, parent)
         self._tmp = f"{TEMP_PREFIX}{secrets.token_hex(6)}"
         try:
-            fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o600, dir_fd=self._parent)  # fmt: skip
+            fd = os.open(
+                self._tmp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=self._parent,
+            )
         except BaseException:
             os.close(self._parent)
             raise
@@ -183,8 +187,13 @@ def list_dir(anchor: int, path: str) -> list[dict[str, Any]]:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except OSError:
                 continue
-            kind = ("symlink" if stat.S_ISLNK(st.st_mode)
-                    else "directory" if stat.S_ISDIR(st.st_mode) else "file")  # fmt: skip
+            kind = (
+                "symlink"
+                if stat.S_ISLNK(st.st_mode)
+                else "directory"
+                if stat.S_ISDIR(st.st_mode)
+                else "file"
+            )
             out.append({"name": name, "type": kind, "size": st.st_size, "modified": st.st_mtime})
     finally:
         os.close(fd)

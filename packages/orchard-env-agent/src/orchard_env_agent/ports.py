@@ -138,9 +138,12 @@ async def forward_websocket(ctx: SandboxContext, ws: WebSocket, port: int, path:
     uri = f"ws://127.0.0.1:{port}/{quote_path(path)}" + (f"?{query}" if query else "")
     try:
         async with websockets.connect(
-            uri, sock=sock, subprotocols=requested_subprotocols(ws),  # type: ignore[arg-type]
-            max_size=None, open_timeout=10,
-        ) as upstream:  # fmt: skip
+            uri,
+            sock=sock,
+            subprotocols=requested_subprotocols(ws),  # type: ignore[arg-type]
+            max_size=None,
+            open_timeout=10,
+        ) as upstream:
             await ws.accept(subprotocol=upstream.subprotocol)
             await relay(ws, upstream)
     except (TimeoutError, OSError, websockets.WebSocketException) as exc:

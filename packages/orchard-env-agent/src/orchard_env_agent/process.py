@@ -133,8 +133,15 @@ def in_cgroups(argv: Sequence[str], procs_files: Sequence[str]) -> list[str]:
     """``argv`` run so that it starts inside the given cgroups (unchanged when none)."""
     if not procs_files:
         return list(argv)
-    return ["/bin/sh", "-c", _JOIN_SCRIPT, "orchard-join", str(len(procs_files)),
-            *procs_files, *argv]  # fmt: skip
+    return [
+        "/bin/sh",
+        "-c",
+        _JOIN_SCRIPT,
+        "orchard-join",
+        str(len(procs_files)),
+        *procs_files,
+        *argv,
+    ]
 
 
 @dataclass

@@ -111,10 +111,12 @@ FILE_FIELDS: dict[str, tuple[Check, str]] = {
 
 def is_cgroup_procs(v: Any) -> bool:
     return isinstance(v, list) and all(
-        is_str(p) and p.startswith("/sys/fs/cgroup/") and p.endswith("/cgroup.procs")
+        is_str(p)
+        and p.startswith("/sys/fs/cgroup/")
+        and p.endswith("/cgroup.procs")
         and "/../" not in p
         for p in v
-    )  # fmt: skip
+    )
 
 
 def is_mounts(v: Any) -> bool:

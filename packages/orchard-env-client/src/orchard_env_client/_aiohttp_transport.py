@@ -106,8 +106,11 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send one request; the answer's body is read as the caller iterates it."""
-        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw
-                   if k.lower() not in _DROPPED]  # fmt: skip
+        headers = [
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in request.headers.raw
+            if k.lower() not in _DROPPED
+        ]
         data: Any
         if isinstance(request.stream, httpx.ByteStream):
             data = await request.aread() or None
@@ -129,9 +132,11 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             response.status,
             headers=[(k, v) for k, v in response.raw_headers],
             stream=_ResponseStream(response, request),
-            extensions={"http_version": b"HTTP/1.1",
-                        "reason_phrase": (response.reason or "").encode("latin-1")},
-        )  # fmt: skip
+            extensions={
+                "http_version": b"HTTP/1.1",
+                "reason_phrase": (response.reason or "").encode("latin-1"),
+            },
+        )
 
     async def aclose(self) -> None:
         """Close the pool."""

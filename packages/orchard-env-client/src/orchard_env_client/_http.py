@@ -62,8 +62,9 @@ def default_transport(max_connections: int = 100) -> httpx.AsyncBaseTransport | 
 def pooled_transport(max_connections: int) -> httpx.AsyncBaseTransport:
     """The SDK's default transport with a pool of at most ``max_connections`` (for
     ``AsyncSandboxClient(transport=...)`` when one client should hold fewer or more)."""
-    limits = httpx.Limits(max_connections=max_connections,
-                          max_keepalive_connections=max_connections)  # fmt: skip
+    limits = httpx.Limits(
+        max_connections=max_connections, max_keepalive_connections=max_connections
+    )
     return default_transport(max_connections) or httpx.AsyncHTTPTransport(limits=limits)
 
 
@@ -238,8 +239,9 @@ class HttpCore:
                     if max_bytes is not None and len(body) > max_bytes:
                         raise PayloadTooLarge(
                             f"{method} {path}: the answer exceeds {max_bytes} bytes",
-                            status=413, request_id=request_id,
-                        )  # fmt: skip
+                            status=413,
+                            request_id=request_id,
+                        )
             finally:
                 await response.aclose()
         except httpx.TransportError as exc:

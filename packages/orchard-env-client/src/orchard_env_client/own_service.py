@@ -50,10 +50,20 @@ def started(
         log_path = f"{state}/serve.log"
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
-                [exe, "serve", "--backend", backend, "--port", str(port),
-                 "--state-dir", f"{state}/s", *serve_args],
-                stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                [
+                    exe,
+                    "serve",
+                    "--backend",
+                    backend,
+                    "--port",
+                    str(port),
+                    "--state-dir",
+                    f"{state}/s",
+                    *serve_args,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         own = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 60

@@ -106,19 +106,30 @@ def _parser() -> argparse.ArgumentParser:
         "--agent-bundle", type=Path, default=None, help="bind this bundle dir instead of the image"
     )
     docker.add_argument(
-        "--pids-limit", type=int, default=None,
+        "--pids-limit",
+        type=int,
+        default=None,
         help="processes per sandbox, docker and local (default 1024)",
-    )  # fmt: skip
+    )
     serve.add_argument(
-        "--memory-default", "--local-memory-default", dest="memory_default", default=None,
-        metavar="QUANTITY", help="local and docker backends: memory cap of sandboxes that ask "
+        "--memory-default",
+        "--local-memory-default",
+        dest="memory_default",
+        default=None,
+        metavar="QUANTITY",
+        help="local and docker backends: memory cap of sandboxes that ask "
         "for none (default 4Gi; 'none' for no cap)",
-    )  # fmt: skip
+    )
     serve.add_argument(
-        "--local-host-path", dest="local_host_paths", type=Path, action="append", default=None,
-        metavar="DIR", help="local backend: also show this host directory, read-only, in every "
+        "--local-host-path",
+        dest="local_host_paths",
+        type=Path,
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="local backend: also show this host directory, read-only, in every "
         "sandbox of image host (repeatable)",
-    )  # fmt: skip
+    )
     serve.add_argument(
         "--local-rootfs-dir",
         dest="local_rootfs_dirs",
@@ -132,23 +143,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     kube = serve.add_argument_group("kubernetes backend")
     kube.add_argument(
-        "--kubeconfig", type=Path, default=None,
+        "--kubeconfig",
+        type=Path,
+        default=None,
         help="default: the in-cluster config in a pod, else $KUBECONFIG or ~/.kube/config",
-    )  # fmt: skip
+    )
     kube.add_argument(
         "--namespace", default=None, help="for sandbox pods (default orchard-sandboxes)"
     )
     kube.add_argument(
-        "--image-pull-policy", default=None, choices=["IfNotPresent", "Never", "Always"],
+        "--image-pull-policy",
+        default=None,
+        choices=["IfNotPresent", "Never", "Always"],
         help="of sandbox and injector images (default IfNotPresent)",
-    )  # fmt: skip
+    )
     kube.add_argument(
         "--orchestrator-id", default=None, help="labels the sandboxes it creates (default hostname)"
     )
     kube.add_argument(
-        "--runtime-class", default=None, metavar="NAME",
+        "--runtime-class",
+        default=None,
+        metavar="NAME",
         help="sandbox pods' runtimeClassName, e.g. gVisor or Kata (docs/security.md)",
-    )  # fmt: skip
+    )
     bridges = serve.add_argument_group("service bridges")
     bridges.add_argument(
         "--bridge-allow-upstream",
@@ -192,8 +209,9 @@ def _parser() -> argparse.ArgumentParser:
     latency.add_argument(
         "--file-runs", type=int, default=3, help="uploads/downloads per size (0: skip files)"
     )
-    _bench_options(bench.add_parser("create", help="create → ready next to a bare docker run"),
-                   runs=20)  # fmt: skip
+    _bench_options(
+        bench.add_parser("create", help="create → ready next to a bare docker run"), runs=20
+    )
     _bench_options(
         bench.add_parser("bridge", help="a service bridge's round trip next to a direct call"),
         runs=200,
@@ -211,9 +229,11 @@ def _parser() -> argparse.ArgumentParser:
         help="connections per client; one client per this many sandboxes (default 16)",
     )
     concurrency.add_argument(
-        "--parallel", type=int, default=None,
+        "--parallel",
+        type=int,
+        default=None,
         help="commands in flight across all sandboxes (default: one per sandbox)",
-    )  # fmt: skip
+    )
     cost.add_parser(sub)
     image_cli.add_parser(sub)
     serve.add_argument(
@@ -289,8 +309,9 @@ def serve(args: argparse.Namespace) -> int:
     access = logging.getLogger("orchard_env_server.access")
     access.setLevel(logging.INFO if args.access_log else logging.WARNING)
     if not settings.api_keys and settings.host not in ("127.0.0.1", "localhost", "::1"):
-        logging.warning("listening on %s with NO API keys: anyone who can reach it can run code",
-                        settings.host)  # fmt: skip
+        logging.warning(
+            "listening on %s with NO API keys: anyone who can reach it can run code", settings.host
+        )
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -324,9 +345,15 @@ def _bench(args: argparse.Namespace) -> int:
         show, plot = bench.print_bridge, bench.plot_bridge
     elif args.bench == "concurrency":
         results = bench.bench_concurrency(
-            args.url, args.backend, args.sandboxes, args.commands, args.image,
-            connections=args.connections, quiet=args.json, parallel=args.parallel,
-        )  # fmt: skip
+            args.url,
+            args.backend,
+            args.sandboxes,
+            args.commands,
+            args.image,
+            connections=args.connections,
+            quiet=args.json,
+            parallel=args.parallel,
+        )
         show, plot = bench.print_concurrency, bench.plot_concurrency
     else:
         results = bench.bench_latency(

@@ -535,20 +535,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             help=f"{text} (default {default.value:g} {default.unit}, {default.status})",
         )
     parser.add_argument(
-        "--managed-usd-per-sandbox-second", type=float, default=0.0,
+        "--managed-usd-per-sandbox-second",
+        type=float,
+        default=0.0,
         help="a flat managed fee per sandbox-second, if any (default 0)",
-    )  # fmt: skip
+    )
     parser.add_argument("--node-name", default=None, help=f"default: {DEFAULT_NODE_NAME}")
     parser.add_argument("--managed-name", default=None, help=f"default: {DEFAULT_MANAGED_NAME}")
     density = parser.add_mutually_exclusive_group()
     density.add_argument(
-        "--sandboxes-per-node", type=int, default=None,
+        "--sandboxes-per-node",
+        type=int,
+        default=None,
         help="sandboxes one node holds (default: packed by the allocated size)",
-    )  # fmt: skip
+    )
     density.add_argument(
-        "--from-bench", type=Path, default=None, metavar="FILE",
+        "--from-bench",
+        type=Path,
+        default=None,
+        metavar="FILE",
         help="derive sandboxes per node from a `bench concurrency --json` result",
-    )  # fmt: skip
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -634,17 +641,26 @@ def print_report(report: CostReport, console: Any = None) -> None:
     table.add_column("managed ÷ this", justify="right")
     nodes = str(report.nodes)
     table.add_row(
-        "self-hosted, on-demand", nodes, _usd(report.self_hosted_on_demand_usd),
-        _usd(report.on_demand_usd_per_sandbox_hour), _times(report.managed_to_on_demand),
-    )  # fmt: skip
+        "self-hosted, on-demand",
+        nodes,
+        _usd(report.self_hosted_on_demand_usd),
+        _usd(report.on_demand_usd_per_sandbox_hour),
+        _times(report.managed_to_on_demand),
+    )
     table.add_row(
-        "self-hosted, spot", nodes, _usd(report.self_hosted_spot_usd),
-        _usd(report.spot_usd_per_sandbox_hour), _times(report.managed_to_spot),
-    )  # fmt: skip
+        "self-hosted, spot",
+        nodes,
+        _usd(report.self_hosted_spot_usd),
+        _usd(report.spot_usd_per_sandbox_hour),
+        _times(report.managed_to_spot),
+    )
     table.add_row(
-        "managed", "-", _usd(report.managed_usd), _usd(report.managed_usd_per_sandbox_hour),
+        "managed",
+        "-",
+        _usd(report.managed_usd),
+        _usd(report.managed_usd_per_sandbox_hour),
         "1.00x",
-    )  # fmt: skip
+    )
     console.print(table)
     console.print(f"sandboxes per node: {report.per_node.basis}")
     inputs = Table(title="inputs")

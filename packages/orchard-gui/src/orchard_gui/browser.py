@@ -232,12 +232,17 @@ class BrowserSession:
         argv = [
             runtime.python,
             runtime.server_path,
-            "--port", str(port),
-            "--chromium", runtime.chromium,
-            "--width", str(viewport[0]),
-            "--height", str(viewport[1]),
-            "--instance", instance,
-        ]  # fmt: skip
+            "--port",
+            str(port),
+            "--chromium",
+            runtime.chromium,
+            "--width",
+            str(viewport[0]),
+            "--height",
+            str(viewport[1]),
+            "--instance",
+            instance,
+        ]
         job = await sandbox.start(argv, env=runtime.env, timeout=SERVER_JOB_TIMEOUT, cwd="/tmp")
         try:
             version = await _wait_healthy(sandbox, job, port, instance, startup_timeout)
@@ -279,9 +284,14 @@ class BrowserSession:
             raise BrowserError("this browser session is closed")
         try:
             response = await self.sandbox.port_request(
-                self.port, "POST", path, json=dict(body), timeout=timeout,
-                headers=self._headers, max_bytes=MAX_ANSWER_BYTES,
-            )  # fmt: skip
+                self.port,
+                "POST",
+                path,
+                json=dict(body),
+                timeout=timeout,
+                headers=self._headers,
+                max_bytes=MAX_ANSWER_BYTES,
+            )
         except (OrchardError, httpx.HTTPError) as exc:
             raise BrowserError(f"browser server unreachable ({path}): {exc}") from exc
         try:

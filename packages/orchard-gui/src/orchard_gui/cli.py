@@ -143,9 +143,13 @@ def _results_table(title: str, summary: dict[str, Any]) -> Table:
     for row in summary["results"]:
         reward = "-" if row["reward"] is None else f"{row['reward']:g}"
         table.add_row(
-            row["task_id"], str(row["attempt"]), row["exit_status"][:40], reward,
-            str(row["steps"]), f"{row['duration_s']:.1f}",
-        )  # fmt: skip
+            row["task_id"],
+            str(row["attempt"]),
+            row["exit_status"][:40],
+            reward,
+            str(row["steps"]),
+            f"{row['duration_s']:.1f}",
+        )
     return table
 
 
@@ -204,9 +208,14 @@ def _cmd_eval(args: argparse.Namespace, console: Console) -> int:
         temperature=args.temperature,
     )
     config = EvalConfig(
-        out_dir=args.out, model=model, harness=_harness(args), concurrency=args.concurrency,
-        attempts=args.attempts, image=args.image, memory=args.memory,
-    )  # fmt: skip
+        out_dir=args.out,
+        model=model,
+        harness=_harness(args),
+        concurrency=args.concurrency,
+        attempts=args.attempts,
+        image=args.image,
+        memory=args.memory,
+    )
     summary = asyncio.run(_run(args.url, tasks, config, console, "episodes"))
     _print_summary(console, args.model, summary)
     console.print(f"trajectories: {args.out / 'trajectories.jsonl'}")
@@ -243,9 +252,13 @@ def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
                 llm.add(task.task_id, responder)
             with _run_dir(args.out) as root:
                 config = EvalConfig(
-                    out_dir=root / name, model=_scripted_model(f"scripted-{name}", llm.base_url),
-                    harness=harness, concurrency=args.concurrency, image=args.image, memory=args.memory,
-                )  # fmt: skip
+                    out_dir=root / name,
+                    model=_scripted_model(f"scripted-{name}", llm.base_url),
+                    harness=harness,
+                    concurrency=args.concurrency,
+                    image=args.image,
+                    memory=args.memory,
+                )
                 summaries[name] = asyncio.run(_run(url, tasks, config, console, name))
                 _print_summary(console, f"scripted {name} policy", summaries[name])
                 if args.out is not None:
@@ -266,10 +279,13 @@ def _cmd_judge(args: argparse.Namespace, console: Console) -> int:
     out = args.out or args.run / f"judged-{args.method}.jsonl"
     summary = asyncio.run(
         judge_file(
-            args.run / "trajectories.jsonl", model, out, method=args.method,
+            args.run / "trajectories.jsonl",
+            model,
+            out,
+            method=args.method,
             concurrency=args.concurrency,
         )
-    )  # fmt: skip
+    )
     console.print(
         f"judged {summary.judged}, already judged {summary.skipped}, verdicts {summary.verdicts}"
     )
@@ -283,9 +299,12 @@ def _cmd_sft(args: argparse.Namespace, console: Console) -> int:
     from .sft import write_sft_file
 
     summary = write_sft_file(
-        args.trajectories, args.out, min_reward=args.min_reward, history=args.history,
+        args.trajectories,
+        args.out,
+        min_reward=args.min_reward,
+        history=args.history,
         inline_images=args.inline_images,
-    )  # fmt: skip
+    )
     console.print(summary)
     return 0
 
@@ -342,9 +361,20 @@ def _cmd_bench(args: argparse.Namespace, console: Console) -> int:
     ):
         rows.add_column(column)
     for row in report["concurrency"]:
-        rows.add_row(*(str(row[k]) for k in ("concurrency", "episodes", "success_rate", "wall_s",
-                                              "episodes_per_min", "step_latency_p50_s",
-                                              "sandbox_startup_p50_s")))  # fmt: skip
+        rows.add_row(
+            *(
+                str(row[k])
+                for k in (
+                    "concurrency",
+                    "episodes",
+                    "success_rate",
+                    "wall_s",
+                    "episodes_per_min",
+                    "step_latency_p50_s",
+                    "sandbox_startup_p50_s",
+                )
+            )
+        )
     console.print(rows)
     return 0
 

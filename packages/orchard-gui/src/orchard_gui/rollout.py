@@ -97,8 +97,14 @@ async def rollout_group(
     async def one(attempt: int) -> Trajectory:
         async with gate:
             return await rollout(
-                client, task, model, run_dir, attempt=attempt, harness=harness,
-                image=image, memory=memory,
-            )  # fmt: skip
+                client,
+                task,
+                model,
+                run_dir,
+                attempt=attempt,
+                harness=harness,
+                image=image,
+                memory=memory,
+            )
 
     return await asyncio.gather(*(one(first_attempt + i) for i in range(n)))

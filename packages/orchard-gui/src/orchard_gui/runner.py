@@ -138,11 +138,18 @@ def error_trajectory(task: WebTask, attempt: int, model: str, exc: BaseException
     now = time.time()
     return Trajectory(
         metadata=TrajectoryMetadata(
-            task_id=task.task_id, recipe="gui", harness=HARNESS_NAME, model=model,
-            attempt=attempt, exit_status=error_status(exc), started_at=now, finished_at=now,
-            error=f"{type(exc).__name__}: {exc}", extra={"task": task.to_dict()},
+            task_id=task.task_id,
+            recipe="gui",
+            harness=HARNESS_NAME,
+            model=model,
+            attempt=attempt,
+            exit_status=error_status(exc),
+            started_at=now,
+            finished_at=now,
+            error=f"{type(exc).__name__}: {exc}",
+            extra={"task": task.to_dict()},
         )
-    )  # fmt: skip
+    )
 
 
 class _Worker:
@@ -166,10 +173,13 @@ class _Worker:
         try:
             self._session = await stack.enter_async_context(
                 browser_sandbox(
-                    self.client, image=self.image, offline=offline,
-                    memory=self.config.memory, viewport=self.config.viewport,
+                    self.client,
+                    image=self.image,
+                    offline=offline,
+                    memory=self.config.memory,
+                    viewport=self.config.viewport,
                 )
-            )  # fmt: skip
+            )
         except BaseException:
             await stack.aclose()
             raise
@@ -189,9 +199,14 @@ class _Worker:
         except Exception as exc:
             return error_trajectory(task, attempt, self.config.model.model, exc)
         traj = await run_episode(
-            sandbox, browser, task, self.config.model, self.config.out_dir,
-            config=self.config.harness, attempt=attempt,
-        )  # fmt: skip
+            sandbox,
+            browser,
+            task,
+            self.config.model,
+            self.config.out_dir,
+            config=self.config.harness,
+            attempt=attempt,
+        )
         if traj.metadata.exit_status.startswith("error"):
             await self.close()  # the sandbox or browser may be broken: the next one is new
         return traj

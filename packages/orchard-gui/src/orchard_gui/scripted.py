@@ -51,11 +51,19 @@ class PromptView:
         url = _URL_LINE.search(latest)
         self.url = url.group(1).strip() if url else ""
         self.marks = [
-            Mark(id=int(m[1]), tag=m[2], role=m[2], name=m[3], x=float(m[4]), y=float(m[5]),
-                 width=0.0, height=0.0)
+            Mark(
+                id=int(m[1]),
+                tag=m[2],
+                role=m[2],
+                name=m[3],
+                x=float(m[4]),
+                y=float(m[5]),
+                width=0.0,
+                height=0.0,
+            )
             for line in latest.splitlines()
             if (m := _MARK_LINE.match(line.strip()))
-        ]  # fmt: skip
+        ]
         self.history = _actions_taken(messages)
         self.tools = bool(request.tool_names)
 

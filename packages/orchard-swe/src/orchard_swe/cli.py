@@ -31,11 +31,17 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 def _service_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=os.environ.get("ORCHARD_ENV_URL", DEFAULT_URL),
-                        help="the Orchard Env service (default: $ORCHARD_ENV_URL or :8000)")  # fmt: skip
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("ORCHARD_ENV_URL", DEFAULT_URL),
+        help="the Orchard Env service (default: $ORCHARD_ENV_URL or :8000)",
+    )
     parser.add_argument("--api-key", default=os.environ.get("ORCHARD_ENV_API_KEY"))
-    parser.add_argument("--image", default=None,
-                        help="sandbox image for repository tasks (default: host / orchard-test/debian)")  # fmt: skip
+    parser.add_argument(
+        "--image",
+        default=None,
+        help="sandbox image for repository tasks (default: host / orchard-test/debian)",
+    )
 
 
 def _distill_tasks(source: str, ids: list[str] | None) -> list[Task]:
@@ -60,25 +66,35 @@ def _parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("grade", help="grade SWE-bench-format predictions")
     g.add_argument("--tasks", default=BUILTIN, help="task file/dataset, or 'builtin'")
-    g.add_argument("--predictions", required=True, type=Path,
-                   help="SWE-bench predictions: a JSON list/dict or JSONL of "
-                        "{instance_id, model_patch, model_name_or_path}")  # fmt: skip
+    g.add_argument(
+        "--predictions",
+        required=True,
+        type=Path,
+        help="SWE-bench predictions: a JSON list/dict or JSONL of "
+        "{instance_id, model_patch, model_name_or_path}",
+    )
     g.add_argument("--concurrency", type=int, default=4)
     g.add_argument("--json", action="store_true", help="print a JSON list of outcomes")
     _service_args(g)
 
     d = sub.add_parser("distill", help="run a harness on tasks K times, grade, write JSONL")
-    d.add_argument("--tasks", default=BUILTIN,
-                   help="task file/dataset, 'builtin', or a Terminal-Bench task directory "
-                        "(or a directory of them), verified by each task's own tests")  # fmt: skip
+    d.add_argument(
+        "--tasks",
+        default=BUILTIN,
+        help="task file/dataset, 'builtin', or a Terminal-Bench task directory "
+        "(or a directory of them), verified by each task's own tests",
+    )
     d.add_argument("--ids", nargs="*", default=None, help="only these instance ids")
     d.add_argument("--harness", choices=["mini", "tools"], required=True)
     d.add_argument("--model", required=True)
     d.add_argument(
         "--base-url", default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1")
     )
-    d.add_argument("--api-key-env", default="OPENAI_API_KEY",
-                   help="environment variable holding the model endpoint's key")  # fmt: skip
+    d.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        help="environment variable holding the model endpoint's key",
+    )
     d.add_argument("--concurrency", type=int, default=4)
     d.add_argument("--attempts", type=int, default=1)
     d.add_argument("--max-steps", type=int, default=30)
@@ -123,21 +139,37 @@ def _parser() -> argparse.ArgumentParser:
     train_value_arguments(value)
 
     sft = sub.add_parser("sft-data", help="trajectories / credit samples -> tokenized SFT data")
-    sft.add_argument("--trajectories", type=Path, required=True,
-                     help="a JSONL file, or a directory of them (trajectories or credit samples)")  # fmt: skip
-    sft.add_argument("--tokenizer", default="smollm2",
-                     help="'smollm2', a tokenizer directory or a .gguf file")  # fmt: skip
+    sft.add_argument(
+        "--trajectories",
+        type=Path,
+        required=True,
+        help="a JSONL file, or a directory of them (trajectories or credit samples)",
+    )
+    sft.add_argument(
+        "--tokenizer", default="smollm2", help="'smollm2', a tokenizer directory or a .gguf file"
+    )
     sft.add_argument("--out", type=Path, required=True, help="output .jsonl or .parquet")
     sft.add_argument("--format", choices=["tokens", "messages"], default="tokens")
-    sft.add_argument("--max-tokens", type=int, default=None,
-                     help="cut samples at a turn boundary to at most this many tokens")  # fmt: skip
+    sft.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="cut samples at a turn boundary to at most this many tokens",
+    )
     sft.add_argument("--drop-long", action="store_true", help="drop over-long samples instead")
     sft.add_argument("--only-resolved", action="store_true")
-    sft.add_argument("--exit-status", action="append", default=None,
-                     help="keep only these exit statuses (repeatable)")  # fmt: skip
+    sft.add_argument(
+        "--exit-status",
+        action="append",
+        default=None,
+        help="keep only these exit statuses (repeatable)",
+    )
     sft.add_argument("--no-dedupe", action="store_true")
-    sft.add_argument("--verify", action="store_true",
-                     help="decode every mask and check it is exactly the assistant turns")  # fmt: skip
+    sft.add_argument(
+        "--verify",
+        action="store_true",
+        help="decode every mask and check it is exactly the assistant turns",
+    )
     return parser
 
 
@@ -164,17 +196,26 @@ def read_predictions(path: Path) -> dict[str, str]:
 
 
 async def grade_all(
-    url: str, api_key: str | None, tasks: list[Task], predictions: dict[str, str],
-    concurrency: int, image: str | None,
-) -> list[GradeResult]:  # fmt: skip
+    url: str,
+    api_key: str | None,
+    tasks: list[Task],
+    predictions: dict[str, str],
+    concurrency: int,
+    image: str | None,
+) -> list[GradeResult]:
     gate = asyncio.Semaphore(max(1, concurrency))
     async with AsyncSandboxClient(base_url=url, api_key=api_key) as client:
         backend = (await client.health()).backend
 
         async def one(task: Task) -> GradeResult:
             async with gate:
-                return await grade(client, task, predictions[task.instance_id],
-                                   backend=backend, default_image=image)  # fmt: skip
+                return await grade(
+                    client,
+                    task,
+                    predictions[task.instance_id],
+                    backend=backend,
+                    default_image=image,
+                )
 
         return list(await asyncio.gather(*(one(t) for t in tasks)))
 
@@ -186,11 +227,12 @@ def print_grades(results: list[GradeResult], console: Console) -> None:
     for r in results:
         f2p, p2p = r.fail_to_pass, r.pass_to_pass
         table.add_row(
-            r.instance_id, r.status,
+            r.instance_id,
+            r.status,
             f"{len(f2p.get('success', []))}/{len(f2p.get('success', [])) + len(f2p.get('failure', []))}",
             f"{len(p2p.get('success', []))}/{len(p2p.get('success', [])) + len(p2p.get('failure', []))}",
             (r.error or r.apply_method or "")[:60],
-        )  # fmt: skip
+        )
     console.print(table)
     counts = {s: sum(1 for r in results if r.status == s) for s in STATUSES}
     console.print(", ".join(f"{s}: {n}" for s, n in counts.items() if n))
@@ -203,8 +245,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "grade":
             predictions = read_predictions(args.predictions)
             tasks = load_tasks(args.tasks, ids=list(predictions))
-            results = asyncio.run(grade_all(args.url, args.api_key, tasks, predictions,
-                                            args.concurrency, args.image))  # fmt: skip
+            results = asyncio.run(
+                grade_all(args.url, args.api_key, tasks, predictions, args.concurrency, args.image)
+            )
             if args.json:
                 print(json.dumps([r.to_dict() for r in results], indent=2))
             else:
@@ -214,12 +257,19 @@ def main(argv: list[str] | None = None) -> int:
             from .distill import DistillConfig, distill
 
             tasks = _distill_tasks(args.tasks, args.ids)
-            model = ModelConfig(model=args.model, base_url=args.base_url,
-                                api_key_env=args.api_key_env)  # fmt: skip
-            config = DistillConfig(harness=args.harness, model=model, out_dir=args.out,
-                                   attempts=args.attempts, concurrency=args.concurrency,
-                                   max_steps=args.max_steps, max_cost=args.max_cost,
-                                   default_image=args.image)  # fmt: skip
+            model = ModelConfig(
+                model=args.model, base_url=args.base_url, api_key_env=args.api_key_env
+            )
+            config = DistillConfig(
+                harness=args.harness,
+                model=model,
+                out_dir=args.out,
+                attempts=args.attempts,
+                concurrency=args.concurrency,
+                max_steps=args.max_steps,
+                max_cost=args.max_cost,
+                default_image=args.image,
+            )
 
             async def run() -> dict[str, Any]:
                 async with AsyncSandboxClient(base_url=args.url, api_key=args.api_key) as c:
@@ -268,13 +318,20 @@ def main(argv: list[str] | None = None) -> int:
             from .training.sft_data import SftConfig, build_sft_data, read_samples, write_records
             from .training.tokenizer import load_tokenizer
 
-            sft_config = SftConfig(max_tokens=args.max_tokens, drop_long=args.drop_long,
-                                   only_resolved=args.only_resolved, dedupe=not args.no_dedupe,
-                                   exit_statuses=frozenset(args.exit_status or ()) or None,
-                                   verify=args.verify)  # fmt: skip
-            samples, stats = build_sft_data(read_samples(args.trajectories),
-                                            load_tokenizer(args.tokenizer), sft_config,
-                                            tokenizer_name=str(args.tokenizer))  # fmt: skip
+            sft_config = SftConfig(
+                max_tokens=args.max_tokens,
+                drop_long=args.drop_long,
+                only_resolved=args.only_resolved,
+                dedupe=not args.no_dedupe,
+                exit_statuses=frozenset(args.exit_status or ()) or None,
+                verify=args.verify,
+            )
+            samples, stats = build_sft_data(
+                read_samples(args.trajectories),
+                load_tokenizer(args.tokenizer),
+                sft_config,
+                tokenizer_name=str(args.tokenizer),
+            )
             write_records(samples, args.out, args.format)
             print(json.dumps({"out": str(args.out), "format": args.format, **stats.to_dict()}))
             return 0

@@ -29,9 +29,16 @@ HARNESSES: tuple[Harness, ...] = ("tools", "mini")
 
 
 async def distill_scripted(
-    client: AsyncSandboxClient, tasks: Sequence[Task], harness: Harness, kind: str,
-    scripts: Mapping[str, Script], out_dir: Path, *, concurrency: int, image: str | None,
-) -> dict[str, Any]:  # fmt: skip
+    client: AsyncSandboxClient,
+    tasks: Sequence[Task],
+    harness: Harness,
+    kind: str,
+    scripts: Mapping[str, Script],
+    out_dir: Path,
+    *,
+    concurrency: int,
+    image: str | None,
+) -> dict[str, Any]:
     """Distill ``tasks`` through ``harness`` with the scripted model ``scripted-<kind>``,
     which plays ``scripts[instance_id]`` for each task; trajectories go to ``out_dir``,
     the run's summary is returned."""
@@ -56,19 +63,33 @@ async def _run_all(
     async with AsyncSandboxClient(base_url=url, api_key=api_key) as client:
         for harness in HARNESSES:
             for kind in ("gold", "empty"):
-                scripts = {t.instance_id: gold_script(t.patch, harness) if kind == "gold"
-                           else empty_script(harness) for t in tasks}  # fmt: skip
+                scripts = {
+                    t.instance_id: gold_script(t.patch, harness)
+                    if kind == "gold"
+                    else empty_script(harness)
+                    for t in tasks
+                }
                 summaries[(harness, kind)] = await distill_scripted(
-                    client, tasks, harness, kind, scripts, out / f"{harness}-{kind}",
-                    concurrency=concurrency, image=image,
-                )  # fmt: skip
+                    client,
+                    tasks,
+                    harness,
+                    kind,
+                    scripts,
+                    out / f"{harness}-{kind}",
+                    concurrency=concurrency,
+                    image=image,
+                )
     return summaries
 
 
 def run_demo(
-    url: str, api_key: str | None, out: Path, concurrency: int, image: str | None,
+    url: str,
+    api_key: str | None,
+    out: Path,
+    concurrency: int,
+    image: str | None,
     console: Console,
-) -> int:  # fmt: skip
+) -> int:
     """Run the demo; 0 when gold resolves every task and empty none, else 1."""
     with service(url, console.print) as live:
         summaries = asyncio.run(_run_all(live, api_key, out, concurrency, image))
@@ -77,8 +98,14 @@ def run_demo(
         table.add_column(col)
     ok = True
     for (harness, kind), s in summaries.items():
-        table.add_row(harness, f"scripted-{kind}", str(s["attempts"]), str(s["resolved"]),
-                      f"{s['resolved_rate']:.0%}", str(s["verify_status"]))  # fmt: skip
+        table.add_row(
+            harness,
+            f"scripted-{kind}",
+            str(s["attempts"]),
+            str(s["resolved"]),
+            f"{s['resolved_rate']:.0%}",
+            str(s["verify_status"]),
+        )
         expected = 1.0 if kind == "gold" else 0.0
         ok = ok and s["attempts"] > 0 and s["resolved_rate"] == expected
     console.print(table)

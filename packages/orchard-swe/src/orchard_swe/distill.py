@@ -55,17 +55,26 @@ def finished_attempts(out_dir: Path) -> set[tuple[str, int]]:
 
 
 async def _run_harness(
-    client: AsyncSandboxClient, sandbox: AsyncSandbox, task: Task, attempt: int,
-    repo_dir: str, config: DistillConfig,
-) -> Trajectory:  # fmt: skip
+    client: AsyncSandboxClient,
+    sandbox: AsyncSandbox,
+    task: Task,
+    attempt: int,
+    repo_dir: str,
+    config: DistillConfig,
+) -> Trajectory:
     if config.harness == "tools":
         from .harness.tools import run_tools_agent
 
         return await run_tools_agent(
-            sandbox, task.problem_statement, model=config.model, instance_id=task.instance_id,
-            repo_dir=repo_dir, max_steps=config.max_steps, max_cost=config.max_cost,
+            sandbox,
+            task.problem_statement,
+            model=config.model,
+            instance_id=task.instance_id,
+            repo_dir=repo_dir,
+            max_steps=config.max_steps,
+            max_cost=config.max_cost,
             attempt=attempt,
-        )  # fmt: skip
+        )
     from .harness.mini import run_mini_agent
 
     traj_dir = config.out_dir / "mini"
@@ -75,11 +84,16 @@ async def _run_harness(
         # mini-swe-agent is synchronous: it gets its own sync handle on the same sandbox.
         with SandboxClient(base_url=client.base_url, auto_cleanup=False) as sync_client:
             return run_mini_agent(
-                sync_client.get_sandbox(sandbox.sandbox_id), task.problem_statement,
-                model=config.model, instance_id=task.instance_id, traj_dir=traj_dir,
-                repo_dir=repo_dir, step_limit=config.max_steps, cost_limit=config.max_cost,
+                sync_client.get_sandbox(sandbox.sandbox_id),
+                task.problem_statement,
+                model=config.model,
+                instance_id=task.instance_id,
+                traj_dir=traj_dir,
+                repo_dir=repo_dir,
+                step_limit=config.max_steps,
+                cost_limit=config.max_cost,
                 attempt=attempt,
-            )  # fmt: skip
+            )
 
     return await asyncio.to_thread(in_thread)
 
@@ -195,9 +209,12 @@ async def distill(
     todo = [(t, a) for t in tasks for a in range(config.attempts) if (t.instance_id, a) not in done]
     gate = asyncio.Semaphore(max(1, config.concurrency))
     progress = Progress(
-        TextColumn(f"distill {config.harness}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[last]}"), TimeElapsedColumn(),
-    )  # fmt: skip
+        TextColumn(f"distill {config.harness}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[last]}"),
+        TimeElapsedColumn(),
+    )
     bar = progress.add_task("runs", total=len(todo), last="")
 
     async def one(task: Task, attempt: int) -> None:

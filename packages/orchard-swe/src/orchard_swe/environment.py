@@ -131,12 +131,18 @@ async def prepare(
             if hide_history:
                 await _run(sandbox, "hiding the repository's history", _SQUASH, WORKSPACE_REPO, 300)
         else:
-            await _run(sandbox, "checking the image's repository",
-                       f"git -C {spec.repo_dir} rev-parse HEAD", "/", 60)  # fmt: skip
+            await _run(
+                sandbox,
+                "checking the image's repository",
+                f"git -C {spec.repo_dir} rev-parse HEAD",
+                "/",
+                60,
+            )
         config = task.install_config
         for number, command in enumerate(config.pre_install, 1):
-            await _run(sandbox, f"pre_install step {number}", command, spec.repo_dir,
-                       install_timeout)  # fmt: skip
+            await _run(
+                sandbox, f"pre_install step {number}", command, spec.repo_dir, install_timeout
+            )
         if config.install:
             await _run(sandbox, "install", config.install, spec.repo_dir, install_timeout)
     except BaseException:

@@ -180,8 +180,13 @@ async def grade(
     started = time.monotonic()
     result = GradeResult(instance_id=task.instance_id, status="error")
     try:
-        sandbox, spec = await prepare(client, task, backend=backend, default_image=default_image,
-                                      labels={"orchard-swe-role": "grade"})  # fmt: skip
+        sandbox, spec = await prepare(
+            client,
+            task,
+            backend=backend,
+            default_image=default_image,
+            labels={"orchard-swe-role": "grade"},
+        )
     except (PrepareError, OrchardError) as exc:
         result.error = f"environment: {exc}"
         return result

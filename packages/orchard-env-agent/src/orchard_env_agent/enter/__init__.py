@@ -52,8 +52,9 @@ def _compile(cc: str, target: Path) -> bool:
         fd, tmp = tempfile.mkstemp(prefix=".orchard-enter-", dir=target.parent)
         os.close(fd)
         try:
-            done = subprocess.run([cc, *flags, "-o", tmp, str(SOURCE)], capture_output=True,
-                                  text=True, timeout=120)  # fmt: skip
+            done = subprocess.run(
+                [cc, *flags, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=120
+            )
             if done.returncode == 0:
                 os.chmod(tmp, 0o755)
                 os.replace(tmp, target)

@@ -116,8 +116,11 @@ class Holder:
 
 def _binds(spec: HolderSpec) -> list[tuple[str, Path, bool]]:
     """(destination, host source, writable) of every bind, in mount order."""
-    binds = [(m.dest, m.source, m.writable) for m in spec.view
-             if m.source is not None and m.symlink is None and not m.tmpfs]  # fmt: skip
+    binds = [
+        (m.dest, m.source, m.writable)
+        for m in spec.view
+        if m.source is not None and m.symlink is None and not m.tmpfs
+    ]
     binds += [("/workspace", spec.workspace, True), ("/tmp", spec.tmp, True)]
     if spec.resolv_conf is not None:
         binds.append(("/etc/resolv.conf", spec.resolv_conf, False))

@@ -141,9 +141,11 @@ class DockerEngine:
     async def remove(self, container: str) -> None:
         """Force-remove a container and its anonymous volumes; a missing one is fine."""
         await self._call(
-            "DELETE", f"/containers/{container}", params={"force": "true", "v": "true"},
+            "DELETE",
+            f"/containers/{container}",
+            params={"force": "true", "v": "true"},
             ok=(204, 404),
-        )  # fmt: skip
+        )
 
     async def containers(self, labels: list[str]) -> list[dict[str, Any]]:
         """Every container (running or not) carrying all of ``labels`` (``k=v`` or ``k``)."""

@@ -32,9 +32,14 @@ _BUSYBOX = f"{_INJECTOR_ROOT}/bin/busybox"
 def agent_entry(root: str = AGENT_MOUNT) -> list[str]:
     """The bundle's own loader runs its own Python: nothing of the image is needed."""
     return [
-        f"{root}/lib/ld-linux-x86-64.so.2", "--library-path", f"{root}/lib",
-        f"{root}/bin/python3.11", "-I", "-m", "orchard_env_agent",
-    ]  # fmt: skip
+        f"{root}/lib/ld-linux-x86-64.so.2",
+        "--library-path",
+        f"{root}/lib",
+        f"{root}/bin/python3.11",
+        "-I",
+        "-m",
+        "orchard_env_agent",
+    ]
 
 
 @attrs.frozen
@@ -46,8 +51,11 @@ class AgentMount:
 
     def spec(self) -> dict[str, Any]:
         mount: dict[str, Any] = {
-            "Type": self.kind, "Source": self.source, "Target": AGENT_MOUNT, "ReadOnly": True,
-        }  # fmt: skip
+            "Type": self.kind,
+            "Source": self.source,
+            "Target": AGENT_MOUNT,
+            "ReadOnly": True,
+        }
         if self.kind == "volume":
             mount["VolumeOptions"] = {"NoCopy": True}
         return mount

@@ -67,11 +67,15 @@ def container_spec(
         raise BackendError(str(exc)) from exc
     env = {"ORCHARD_SANDBOX_ID": record.sandbox_id, **record.env}
     command = [
-        "--uds", AGENT_SOCKET,
-        "--token-file", AGENT_TOKEN_FILE,
-        "--max-output-bytes", str(settings.max_output_bytes),
-        "--max-upload-bytes", str(settings.max_upload_bytes),
-    ]  # fmt: skip
+        "--uds",
+        AGENT_SOCKET,
+        "--token-file",
+        AGENT_TOKEN_FILE,
+        "--max-output-bytes",
+        str(settings.max_output_bytes),
+        "--max-upload-bytes",
+        str(settings.max_upload_bytes),
+    ]
     spec: dict[str, Any] = {
         "Image": record.image,
         "Entrypoint": agent_entry(),

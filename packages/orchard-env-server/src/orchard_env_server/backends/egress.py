@@ -38,10 +38,16 @@ def start_egress(holder_pid: int) -> int:
         )
     ready_read, ready_write = os.pipe()
     argv = [
-        exe, "--configure", "--mtu=65520", "--disable-host-loopback",
-        "--enable-sandbox", "--enable-seccomp", f"--ready-fd={ready_write}",
-        str(holder_pid), "tap0",
-    ]  # fmt: skip
+        exe,
+        "--configure",
+        "--mtu=65520",
+        "--disable-host-loopback",
+        "--enable-sandbox",
+        "--enable-seccomp",
+        f"--ready-fd={ready_write}",
+        str(holder_pid),
+        "tap0",
+    ]
     try:
         proc = subprocess.Popen(
             argv,

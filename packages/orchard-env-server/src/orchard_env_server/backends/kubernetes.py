@@ -163,8 +163,12 @@ class KubernetesBackend:
                     f"{_SYNC_TIMEOUT_S:g} s: {watcher.error}"
                 ) from None
         self._tasks.append(asyncio.create_task(self._maintain_forever(), name="k8s-maintenance"))
-        log.info("kubernetes backend: %s, namespace %s, %d sandboxes found",
-                 self.api.server, namespace, len(self._records))  # fmt: skip
+        log.info(
+            "kubernetes backend: %s, namespace %s, %d sandboxes found",
+            self.api.server,
+            namespace,
+            len(self._records),
+        )
         return []  # found sandboxes reach the service through the registry
 
     async def _ensure_network_policies(self) -> None:
@@ -201,8 +205,11 @@ class KubernetesBackend:
             raise BackendError(
                 f"cannot set up the network policies of namespace {self.api.namespace!r}: {exc}"
             ) from exc
-        log.info("network policies ensured: orchestrator %s, API server %s",
-                 namespace or ", ".join(place.addresses), ", ".join(api_server))  # fmt: skip
+        log.info(
+            "network policies ensured: orchestrator %s, API server %s",
+            namespace or ", ".join(place.addresses),
+            ", ".join(api_server),
+        )
 
     async def close(self, *, delete_sandboxes: bool) -> None:
         """Stop watching (deleting this process's sandboxes when asked), close the
@@ -473,8 +480,11 @@ class KubernetesBackend:
         if name in self._expiring:
             return
         self._expiring.add(name)
-        log.info("sandbox %s: the kubelet ended its pod at its deadline (ttl %s s)",
-                 record.sandbox_id, record.ttl_seconds)  # fmt: skip
+        log.info(
+            "sandbox %s: the kubelet ended its pod at its deadline (ttl %s s)",
+            record.sandbox_id,
+            record.ttl_seconds,
+        )
         self._spawn(self._delete_expired(name, record.block_network))
 
     async def _delete_expired(self, name: str, with_policy: bool) -> None:

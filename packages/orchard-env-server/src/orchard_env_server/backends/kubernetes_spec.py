@@ -59,9 +59,20 @@ _INJECTOR_TARGET = "/target"  # where the injector image copies the bundle to
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 # Fields of the record worth recovering; env stays in the pod spec, the token in the Secret.
 _RECORD_FIELDS = (
-    "sandbox_id", "tenant", "image", "block_network", "cpu", "memory", "timeout",
-    "workdir", "labels", "ttl_seconds", "idle_timeout_seconds", "created_at", "bridges",
-)  # fmt: skip
+    "sandbox_id",
+    "tenant",
+    "image",
+    "block_network",
+    "cpu",
+    "memory",
+    "timeout",
+    "workdir",
+    "labels",
+    "ttl_seconds",
+    "idle_timeout_seconds",
+    "created_at",
+    "bridges",
+)
 
 
 def object_name(sandbox_id: str) -> str:
@@ -161,11 +172,17 @@ def pod_manifest(record: SandboxRecord, settings: Settings, orchestrator: str) -
     env = [{"name": "ORCHARD_SANDBOX_ID", "value": record.sandbox_id}]
     env += [{"name": k, "value": v} for k, v in record.env.items()]
     args = [
-        "--host", "0.0.0.0", "--port", str(AGENT_PORT),
-        "--token-file", f"{SECRET_MOUNT}/{TOKEN_KEY}",
-        "--max-output-bytes", str(settings.max_output_bytes),
-        "--max-upload-bytes", str(settings.max_upload_bytes),
-    ]  # fmt: skip
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(AGENT_PORT),
+        "--token-file",
+        f"{SECRET_MOUNT}/{TOKEN_KEY}",
+        "--max-output-bytes",
+        str(settings.max_output_bytes),
+        "--max-upload-bytes",
+        str(settings.max_upload_bytes),
+    ]
     main: dict[str, Any] = {
         "name": MAIN_CONTAINER,
         "image": record.image,

@@ -61,8 +61,11 @@ class ResourceWatcher:
             except KubeError as exc:
                 if exc.gone:
                     self.gone += 1
-                    log.info("%s watch: resourceVersion %s is gone; listing again",
-                             self.kind, self.version)  # fmt: skip
+                    log.info(
+                        "%s watch: resourceVersion %s is gone; listing again",
+                        self.kind,
+                        self.version,
+                    )
                     self.version = None
                     continue
                 self.error = f"watching {self.kind}: {exc}"

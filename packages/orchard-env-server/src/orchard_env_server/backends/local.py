@@ -140,16 +140,22 @@ class LocalBackend:
                 )
             usable, why = await asyncio.to_thread(self._cgroups.probe)
             if not usable:
-                log.warning("local sandboxes run WITHOUT resource limits (pids, memory, "
-                            "cpu): %s. Run as root for per-sandbox cgroups.", why)  # fmt: skip
+                log.warning(
+                    "local sandboxes run WITHOUT resource limits (pids, memory, "
+                    "cpu): %s. Run as root for per-sandbox cgroups.",
+                    why,
+                )
             for line in self.isolation_details():
                 log.info("isolation: %s", line)
         fresh_agent = await self._agent.ensure()
         known = set() if fresh_agent else await self._agent.registered_ids()
         found = await self._recover(known)
         if self.isolated:
-            in_use = {Path(r.backend_state["etc"]) for r in found
-                      if r.status != "failed" and r.backend_state.get("etc")}  # fmt: skip
+            in_use = {
+                Path(r.backend_state["etc"])
+                for r in found
+                if r.status != "failed" and r.backend_state.get("etc")
+            }
             await asyncio.to_thread(prune_etc, self._state, {self._host_etc, *in_use})
         if self._cgroups.usable:
             alive = {r.sandbox_id for r in found if r.status != "failed"}
@@ -180,8 +186,9 @@ class LocalBackend:
             )
             return
         try:
-            bpf = subprocess.run([helper, "--seccomp-bpf"], capture_output=True, check=True,
-                                 timeout=30).stdout  # fmt: skip
+            bpf = subprocess.run(
+                [helper, "--seccomp-bpf"], capture_output=True, check=True, timeout=30
+            ).stdout
             self._seccomp.write_bytes(bpf)
             self._host_etc = curate_etc(self._state)
             shutil.rmtree(self._host_root, ignore_errors=True)
@@ -221,8 +228,10 @@ class LocalBackend:
                 continue
             assert record is not None
             if not await asyncio.to_thread(self._keep_uids, record, path):
-                log.warning("sandbox %s: its uid range is claimed by another live sandbox "
-                            "now", record.sandbox_id)  # fmt: skip
+                log.warning(
+                    "sandbox %s: its uid range is claimed by another live sandbox now",
+                    record.sandbox_id,
+                )
             if record.backend_state.get("run_as") is not None:
                 with contextlib.suppress(OSError):  # a tree pruned meanwhile: nothing to hold
                     self._hold_tree(record.sandbox_id, Path(record.backend_state["image_tree"]))
@@ -508,9 +517,11 @@ class LocalBackend:
     # -- facts ----------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
         if self.isolated:
-            warnings = [] if self._cgroups.usable else [
-                f"local sandboxes have no resource limits: {self._cgroups.why_not}"
-            ]  # fmt: skip
+            warnings = (
+                []
+                if self._cgroups.usable
+                else [f"local sandboxes have no resource limits: {self._cgroups.why_not}"]
+            )
             if self._agent.stale:
                 warnings.append(self._agent.stale)
             if not self._egress:
@@ -607,8 +618,9 @@ class LocalBackend:
                 {"path": "/workspace", "host_path": str(home / "workspace"), "writable": True},
                 {"path": "/tmp", "host_path": str(home / "tmp"), "writable": True},
             ]
-            mounts += [{"path": h, "host_path": str(self._empty), "writable": False}
-                       for h in _HIDDEN]  # fmt: skip
+            mounts += [
+                {"path": h, "host_path": str(self._empty), "writable": False} for h in _HIDDEN
+            ]
             holder: int | None = record.backend_state["holder_pid"]
             uid = record.backend_state.get("uid")
             owner = [uid, uid] if uid is not None else None

@@ -86,8 +86,12 @@ class LocalAgent:
             # way; a fresh agent has them registered again.
             busy = int(health.get("jobs_running") or 0)
             if busy == 0:
-                log.warning("replacing local agent pid %s: it runs older code (build %s, "
-                            "installed %s)", pid, running, theirs)  # fmt: skip
+                log.warning(
+                    "replacing local agent pid %s: it runs older code (build %s, installed %s)",
+                    pid,
+                    running,
+                    theirs,
+                )
                 await self.stop()
                 return False
             self.stale = (
@@ -107,18 +111,33 @@ class LocalAgent:
         token_file.write_text(token)
         token_file.chmod(0o600)
         argv = [
-            sys.executable, "-m", "orchard_env_agent", "--multi",
-            "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file),
-            "--admin-token-file", str(token_file),
-            "--max-output-bytes", str(self._max_output),
-            "--max-upload-bytes", str(self._max_upload),
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "orchard_env_agent",
+            "--multi",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+            "--admin-token-file",
+            str(token_file),
+            "--max-output-bytes",
+            str(self._max_output),
+            "--max-upload-bytes",
+            str(self._max_upload),
+        ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHARD_ENV_")}
         with open(self._log_file, "ab") as logf:
             proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
-                start_new_session=True, env=env,
-            )  # fmt: skip
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=logf,
+                start_new_session=True,
+                env=env,
+            )
         proc.returncode = 0  # reaped by pid in stop(); see bubblewrap.start_holder
         deadline = time.monotonic() + 30
         while not port_file.exists():
@@ -132,10 +151,14 @@ class LocalAgent:
         tmp = self._state_file.with_suffix(".tmp")
         tmp.write_text(
             json.dumps(
-                {"pid": self.pid, "start_time": self._started, "base_url": self.base_url,
-                 "admin_token": token}
+                {
+                    "pid": self.pid,
+                    "start_time": self._started,
+                    "base_url": self.base_url,
+                    "admin_token": token,
+                }
             )
-        )  # fmt: skip
+        )
         tmp.chmod(0o600)
         tmp.replace(self._state_file)
         log.info("started local agent pid %s at %s", self.pid, self.base_url)
@@ -143,9 +166,11 @@ class LocalAgent:
     async def admin(self, method: str, path: str, body: Any = None) -> Any:
         try:
             response = await self._http.request(
-                method, self.base_url + path, json=body,
+                method,
+                self.base_url + path,
+                json=body,
                 headers={"Authorization": f"Bearer {self._admin_token}"},
-            )  # fmt: skip
+            )
         except httpx.TransportError as exc:
             raise BackendError(f"local agent unreachable: {exc!r}") from exc
         if response.status_code == 404 and method == "DELETE":

@@ -18,8 +18,11 @@ import httpx
 from rich.progress import track
 from rich.table import Table
 
-DEFAULT_IMAGES = {"local": "host", "docker": "orchard-test/debian",
-                  "kubernetes": "orchard-test/debian"}  # fmt: skip
+DEFAULT_IMAGES = {
+    "local": "host",
+    "docker": "orchard-test/debian",
+    "kubernetes": "orchard-test/debian",
+}
 
 
 def default_image(backend: str, image: str | None) -> str:
@@ -90,9 +93,21 @@ class OwnServer:
         self._state = tempfile.TemporaryDirectory(prefix="orchard-bench-")
         self.state_dir = Path(self._state.name) / "s"
         self._log = open(Path(self._state.name) / "server.log", "wb")  # noqa: SIM115
-        argv = [sys.executable, "-m", "orchard_env_server.cli", "serve", "--backend", backend,
-                "--port", str(self.port), "--state-dir", str(self.state_dir),
-                "--log-level", "warning", *extra_args]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "orchard_env_server.cli",
+            "serve",
+            "--backend",
+            backend,
+            "--port",
+            str(self.port),
+            "--state-dir",
+            str(self.state_dir),
+            "--log-level",
+            "warning",
+            *extra_args,
+        ]
         self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 60

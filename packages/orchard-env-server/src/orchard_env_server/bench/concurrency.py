@@ -171,8 +171,11 @@ async def _run(
                         job = await sandbox.exec(f"echo {i}-{j}", timeout=600)
                         command_s.append(time.perf_counter() - began)
                     if job.exit_code != 0 or job.stdout != f"{i}-{j}\n":
-                        fail(i, f"command {j}", f"exit {job.exit_code}, stdout {job.stdout!r}, "
-                                                f"error {job.error!r}")  # fmt: skip
+                        fail(
+                            i,
+                            f"command {j}",
+                            f"exit {job.exit_code}, stdout {job.stdout!r}, error {job.error!r}",
+                        )
                 except Exception as exc:
                     fail(i, f"command {j}", exc)
                 progress.advance(t_exec)
@@ -239,9 +242,15 @@ def bench_concurrency(
     try:
         with (
             MemorySampler(pids) as sampler,
-            Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                     TimeElapsedColumn(), disable=quiet, transient=True) as progress,
-        ):  # fmt: skip
+            Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                disable=quiet,
+                transient=True,
+            ) as progress,
+        ):
             raw = asyncio.run(
                 _run(base, image, sandboxes, commands, connections, parallel, sampler, progress)
             )
@@ -290,27 +299,45 @@ def print_concurrency(results: dict[str, Any], out: Console | None = None) -> No
     """The rich table of a ``bench_concurrency`` result."""
     out = out or Console()
     mib = 1 << 20
-    table = Table(title=f"{results['sandboxes']} sandboxes x {results['commands_per_sandbox']} "
-                        f"commands on {results['backend']} ({results['image']}), "
-                        f"{results['commands_in_flight']} in flight")  # fmt: skip
+    table = Table(
+        title=f"{results['sandboxes']} sandboxes x {results['commands_per_sandbox']} "
+        f"commands on {results['backend']} ({results['image']}), "
+        f"{results['commands_in_flight']} in flight"
+    )
     table.add_column("measure")
     table.add_column("value", justify="right")
     rows: list[tuple[str, str]] = [
-        ("success rate", f"{results['success_rate'] * 100:.2f}% "
-                         f"({results['sandboxes_succeeded']}/{results['sandboxes']})"),
+        (
+            "success rate",
+            f"{results['success_rate'] * 100:.2f}% "
+            f"({results['sandboxes_succeeded']}/{results['sandboxes']})",
+        ),
         ("wall time (create + commands + delete)", f"{results['wall_s']:.1f} s"),
-        ("phases create / commands / delete",
-         " / ".join(f"{results['phases_s'].get(k, 0):.1f}" for k in
-                    ("create_s", "commands_s", "delete_s")) + " s"),
+        (
+            "phases create / commands / delete",
+            " / ".join(
+                f"{results['phases_s'].get(k, 0):.1f}"
+                for k in ("create_s", "commands_s", "delete_s")
+            )
+            + " s",
+        ),
         ("commands/s (command phase)", f"{results['commands_per_s']:.0f}"),
         ("commands/s (whole run)", f"{results['commands_per_s_end_to_end']:.0f}"),
-        ("create → ready p50 / p99", f"{results['create_latency']['p50_ms']:.0f} / "
-                                     f"{results['create_latency']['p99_ms']:.0f} ms"),
-        ("command round trip p50 / p99", f"{results['command_latency']['p50_ms']:.1f} / "
-                                         f"{results['command_latency']['p99_ms']:.1f} ms"),
-        ("memory per sandbox (machine's used memory)",
-         f"{results['per_sandbox_memory_bytes'] / mib:.2f} MiB"),
-    ]  # fmt: skip
+        (
+            "create → ready p50 / p99",
+            f"{results['create_latency']['p50_ms']:.0f} / "
+            f"{results['create_latency']['p99_ms']:.0f} ms",
+        ),
+        (
+            "command round trip p50 / p99",
+            f"{results['command_latency']['p50_ms']:.1f} / "
+            f"{results['command_latency']['p99_ms']:.1f} ms",
+        ),
+        (
+            "memory per sandbox (machine's used memory)",
+            f"{results['per_sandbox_memory_bytes'] / mib:.2f} MiB",
+        ),
+    ]
     if results.get("per_sandbox_pss_bytes") is not None:
         rows.append(
             (
@@ -341,10 +368,15 @@ def plot_concurrency(results: dict[str, Any], path: Path) -> None:
     qs = ("p50_ms", "p90_ms", "p99_ms")
     labels = [q.split("_")[0] for q in qs]
     x = range(len(qs))
-    right.bar([i - 0.2 for i in x], [results["create_latency"][q] for q in qs], 0.4,
-              label="create → ready")  # fmt: skip
-    right.bar([i + 0.2 for i in x], [results["command_latency"][q] for q in qs], 0.4,
-              label="command")  # fmt: skip
+    right.bar(
+        [i - 0.2 for i in x],
+        [results["create_latency"][q] for q in qs],
+        0.4,
+        label="create → ready",
+    )
+    right.bar(
+        [i + 0.2 for i in x], [results["command_latency"][q] for q in qs], 0.4, label="command"
+    )
     right.set_xticks(list(x), labels)
     right.set_yscale("log")
     right.set_ylabel("ms")

@@ -32,8 +32,13 @@ def bench_create(
     image = default_image(backend, image)
     own = None if url else OwnServer(backend)
     base = url or own.url  # type: ignore[union-attr]
-    results: dict[str, Any] = {"bench": "create", "backend": backend, "runs": runs,
-                               "image": image, "machine": machine_facts()}  # fmt: skip
+    results: dict[str, Any] = {
+        "bench": "create",
+        "backend": backend,
+        "runs": runs,
+        "image": image,
+        "machine": machine_facts(),
+    }
     samples = []
     try:
         with SandboxClient(base_url=base) as client:

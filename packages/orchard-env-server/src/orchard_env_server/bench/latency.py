@@ -47,9 +47,14 @@ def bench_latency(
     image = default_image(backend, image)
     own = None if url else OwnServer(backend)
     base = url or own.url  # type: ignore[union-attr]
-    results: dict[str, Any] = {"bench": "latency", "backend": backend, "runs": runs,
-                               "command": command, "image": image,
-                               "machine": machine_facts()}  # fmt: skip
+    results: dict[str, Any] = {
+        "bench": "latency",
+        "backend": backend,
+        "runs": runs,
+        "command": command,
+        "image": image,
+        "machine": machine_facts(),
+    }
     try:
         with SandboxClient(base_url=base) as client:
             sandbox = client.create_sandbox(image)
@@ -79,9 +84,12 @@ def bench_latency(
 
 
 def _orchestrator_vs_agent(
-    base: str, sandbox_id: str, agent: tuple[str, dict[str, str], str | None], command: str,
+    base: str,
+    sandbox_id: str,
+    agent: tuple[str, dict[str, str], str | None],
+    command: str,
     runs: int,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The same plain HTTP client calls the orchestrator and the agent, alternately, so the
     difference is the orchestrator's hop alone (not the SDK's, nor the machine's drift)."""
     agent_url, agent_headers, uds = agent
@@ -120,8 +128,19 @@ def _baseline(backend: str, sandbox_id: str, command: str) -> tuple[list[str], s
 
         kubectl = os.environ.get("KUBECTL") or shutil.which("kubectl") or "kubectl"
         namespace = os.environ.get("ORCHARD_ENV_NAMESPACE", "orchard-sandboxes")
-        argv = [kubectl, "exec", "-n", namespace, object_name(sandbox_id), "-c", "sandbox",
-                "--", "sh", "-c", command]  # fmt: skip
+        argv = [
+            kubectl,
+            "exec",
+            "-n",
+            namespace,
+            object_name(sandbox_id),
+            "-c",
+            "sandbox",
+            "--",
+            "sh",
+            "-c",
+            command,
+        ]
         return argv, "kubectl exec <pod> -- sh -c command ($KUBECTL, $KUBECONFIG)"
     return ["bash", "-c", command], "subprocess.run(['bash', '-c', command])"
 
@@ -208,16 +227,29 @@ def print_latency(results: dict[str, Any], out: Console | None = None) -> None:
         for col in ("size", "upload MB/s", "download MB/s", "best up", "best down"):
             table.add_column(col, justify="right")
         for name, r in results["files"].items():
-            table.add_row(name, *(f"{r[k]:.0f}" for k in ("upload_mb_s", "download_mb_s",
-                                                           "upload_best_mb_s", "download_best_mb_s")))  # fmt: skip
+            table.add_row(
+                name,
+                *(
+                    f"{r[k]:.0f}"
+                    for k in (
+                        "upload_mb_s",
+                        "download_mb_s",
+                        "upload_best_mb_s",
+                        "download_best_mb_s",
+                    )
+                ),
+            )
         out.print(table)
 
 
 def plot_latency(results: dict[str, Any], path: Path) -> None:
     """A bar chart of p50/p90/p99 per path, saved as PNG."""
-    paths = [("orchard", "orchard SDK"), ("orchard_http", "orchard HTTP"),
-             ("agent_direct", "agent direct"),
-             ("baseline", results["baseline_name"].split(" <")[0].split("(")[0])]  # fmt: skip
+    paths = [
+        ("orchard", "orchard SDK"),
+        ("orchard_http", "orchard HTTP"),
+        ("agent_direct", "agent direct"),
+        ("baseline", results["baseline_name"].split(" <")[0].split("(")[0]),
+    ]
     present = [(key, label) for key, label in paths if key in results]
     plot_percentile_bars(
         results,

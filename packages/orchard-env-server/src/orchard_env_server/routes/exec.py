@@ -55,9 +55,13 @@ async def exec_command(
         try:
             with record.in_use():
                 job = await ag.request(
-                    endpoint, "POST", "/exec", json=_exec_body(body, job_id), timeout=timeout,
+                    endpoint,
+                    "POST",
+                    "/exec",
+                    json=_exec_body(body, job_id),
+                    timeout=timeout,
                     request_id=rid,
-                )  # fmt: skip
+                )
         except AgentUnreachable as exc:
             svc.agent_gone(record)
             lost = svc.jobs.lost(job_id, _lost_reason(exc.detail), tenant)
@@ -73,9 +77,13 @@ async def exec_command(
 @router.post(
     "/sandboxes/{sandbox_id}/exec/stream",
     response_class=StreamingResponse,
-    responses={200: {"description": "NDJSON events, the last one of type exit",
-                     "content": {"application/x-ndjson": {}}}},
-)  # fmt: skip
+    responses={
+        200: {
+            "description": "NDJSON events, the last one of type exit",
+            "content": {"application/x-ndjson": {}},
+        }
+    },
+)
 async def exec_stream(
     sandbox_id: str, body: ExecRequest, tenant: Tenant, svc: Service, ag: Agents
 ) -> StreamingResponse:
@@ -134,8 +142,15 @@ def _job_sandbox(
     return record, record.agent
 
 
-async def _job_call(svc: SandboxService, ag: AgentClient, tenant: str, method: str, suffix: str,
-                    job_id: str, **kwargs: Any) -> Any:  # fmt: skip
+async def _job_call(
+    svc: SandboxService,
+    ag: AgentClient,
+    tenant: str,
+    method: str,
+    suffix: str,
+    job_id: str,
+    **kwargs: Any,
+) -> Any:
     """Ask the job's agent; answer for a job the agent lost (it died, or restarted)."""
     record, endpoint = _job_sandbox(svc, tenant, job_id)
     if endpoint is None:
@@ -185,9 +200,15 @@ async def wait_job(
 ) -> JSONResponse:
     """The job once finished, or as it is when ``timeout`` runs out (status ``running``)."""
     job = await _job_call(
-        svc, ag, tenant, "GET", "/wait", job_id,
-        params={"timeout": timeout}, timeout=timeout + _GRACE_S,
-    )  # fmt: skip
+        svc,
+        ag,
+        tenant,
+        "GET",
+        "/wait",
+        job_id,
+        params={"timeout": timeout},
+        timeout=timeout + _GRACE_S,
+    )
     return JSONResponse(job)
 
 
@@ -204,9 +225,12 @@ async def apply_patch(
     record, endpoint = svc.ready_endpoint(tenant, sandbox_id)
     async with svc.slot(), record.lock:
         result = await ag.request(
-            endpoint, "POST", "/apply_patch", json=body.model_dump(exclude_none=True),
+            endpoint,
+            "POST",
+            "/apply_patch",
+            json=body.model_dump(exclude_none=True),
             timeout=3 * (body.timeout_seconds or 30) + _GRACE_S,
-        )  # fmt: skip
+        )
     return JSONResponse(result)
 
 
@@ -258,9 +282,11 @@ async def proxy_websocket(
                 functools.partial(websockets.unix_connect, path) if path else websockets.connect
             )
             async with connect(
-                url, additional_headers=endpoint.headers(), max_size=None,
+                url,
+                additional_headers=endpoint.headers(),
+                max_size=None,
                 subprotocols=requested_subprotocols(websocket),  # type: ignore[arg-type]
-            ) as upstream:  # fmt: skip
+            ) as upstream:
                 await websocket.accept(subprotocol=upstream.subprotocol)
                 with record.in_use():  # a terminal in use keeps its sandbox from idling out
                     await relay(websocket, upstream)

@@ -39,9 +39,15 @@ async def forward_port(
     headers = {k: v for k, v in request.headers.items() if k.lower() not in _STRIP}
     target = f"/ports/{port}/{quote_path(path)}"  # path arrives decoded
     response = await ag.open_stream(
-        endpoint, request.method, target, params=list(request.query_params.multi_items()),
-        content=request.stream(), headers=headers, timeout=None, passthrough_errors=True,
-    )  # fmt: skip
+        endpoint,
+        request.method,
+        target,
+        params=list(request.query_params.multi_items()),
+        content=request.stream(),
+        headers=headers,
+        timeout=None,
+        passthrough_errors=True,
+    )
 
     return StreamingResponse(
         stream_body(response),

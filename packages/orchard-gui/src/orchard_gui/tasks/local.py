@@ -64,31 +64,73 @@ def _product_name(sku: str) -> str:
 
 # (task suffix, town slug, field shown on the page, data key, question)
 _GAZETTEER = [
-    ("population", "varnholm", "Population", "population",
-     "What is the population of Varnholm? Answer with the number."),
-    ("founded", "estmere", "Founded", "founded",
-     "In what year was Estmere founded? Answer with the year."),
-    ("mayor", "dunmarrow", "Mayor", "mayor",
-     "Who is the mayor of Dunmarrow? Answer with the full name."),
-]  # fmt: skip
+    (
+        "population",
+        "varnholm",
+        "Population",
+        "population",
+        "What is the population of Varnholm? Answer with the number.",
+    ),
+    (
+        "founded",
+        "estmere",
+        "Founded",
+        "founded",
+        "In what year was Estmere founded? Answer with the year.",
+    ),
+    (
+        "mayor",
+        "dunmarrow",
+        "Mayor",
+        "mayor",
+        "Who is the mayor of Dunmarrow? Answer with the full name.",
+    ),
+]
 
 _GARDEN: list[dict[str, Any]] = [
-    {"full_name": "Mira Okafor", "email": "mira.okafor@example.org", "plot": "Medium",
-     "watering": "Evening"},
-    {"full_name": "Jonas Whitlow", "email": "j.whitlow@example.net", "plot": "Small",
-     "watering": "Morning"},
-    {"full_name": "Priya Castellan", "email": "priya@castellan.example", "plot": "Large",
-     "watering": "Evening"},
-]  # fmt: skip
+    {
+        "full_name": "Mira Okafor",
+        "email": "mira.okafor@example.org",
+        "plot": "Medium",
+        "watering": "Evening",
+    },
+    {
+        "full_name": "Jonas Whitlow",
+        "email": "j.whitlow@example.net",
+        "plot": "Small",
+        "watering": "Morning",
+    },
+    {
+        "full_name": "Priya Castellan",
+        "email": "priya@castellan.example",
+        "plot": "Large",
+        "watering": "Evening",
+    },
+]
 
 _SHOP: list[dict[str, Any]] = [
-    {"items": {"can-copper": 1}, "name": "Lena Brandt", "address": "12 Mill Lane",
-     "city": "Eastwick", "shipping": "Standard"},
-    {"items": {"apron-linen": 2}, "name": "Tomas Reyes", "address": "4 Harbour Road",
-     "city": "Saltby", "shipping": "Express"},
-    {"items": {"trowel-ash": 1, "tray-seed": 1}, "name": "Ada Moss", "address": "9 Hill Street",
-     "city": "Norcombe", "shipping": "Standard"},
-]  # fmt: skip
+    {
+        "items": {"can-copper": 1},
+        "name": "Lena Brandt",
+        "address": "12 Mill Lane",
+        "city": "Eastwick",
+        "shipping": "Standard",
+    },
+    {
+        "items": {"apron-linen": 2},
+        "name": "Tomas Reyes",
+        "address": "4 Harbour Road",
+        "city": "Saltby",
+        "shipping": "Express",
+    },
+    {
+        "items": {"trowel-ash": 1, "tray-seed": 1},
+        "name": "Ada Moss",
+        "address": "9 Hill Street",
+        "city": "Norcombe",
+        "shipping": "Standard",
+    },
+]
 
 _NUMBER_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
 

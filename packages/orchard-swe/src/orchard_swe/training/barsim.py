@@ -276,8 +276,18 @@ class _Tally:
     def result(
         self, method: str, cfg: SimConfig, prompts: int, cluster: _Cluster, **detail: int
     ) -> MethodResult:
-        return MethodResult(method, cfg.steps, prompts, cluster.samples, self.formed, self.zero,
-                            self.useful, self.balanced, cluster.now, detail)  # fmt: skip
+        return MethodResult(
+            method,
+            cfg.steps,
+            prompts,
+            cluster.samples,
+            self.formed,
+            self.zero,
+            self.useful,
+            self.balanced,
+            cluster.now,
+            detail,
+        )
 
 
 def _grpo(cfg: SimConfig, stream: PromptStream) -> MethodResult:
@@ -371,16 +381,31 @@ def results_table(results: list[MethodResult]) -> Any:
         if r.detail
     )
     table = Table(title="bar-sim", caption=caption or None)
-    columns = ("method", "prompts", "rollouts", "useful", "rollouts/useful", "zero-adv",
-               "balanced", "wall h", "wall/useful s")  # fmt: skip
+    columns = (
+        "method",
+        "prompts",
+        "rollouts",
+        "useful",
+        "rollouts/useful",
+        "zero-adv",
+        "balanced",
+        "wall h",
+        "wall/useful s",
+    )
     for col in columns:
         table.add_column(col, justify="left" if col == "method" else "right")
     for r in results:
         table.add_row(
-            r.method, str(r.prompts), str(r.samples), str(r.useful),
-            f"{r.samples_per_useful:.2f}", f"{r.zero_adv_share:.1%}",
-            f"{r.balanced_share:.1%}", f"{r.wall_s / 3600:.2f}", f"{r.wall_per_useful:.1f}",
-        )  # fmt: skip
+            r.method,
+            str(r.prompts),
+            str(r.samples),
+            str(r.useful),
+            f"{r.samples_per_useful:.2f}",
+            f"{r.zero_adv_share:.1%}",
+            f"{r.balanced_share:.1%}",
+            f"{r.wall_s / 3600:.2f}",
+            f"{r.wall_per_useful:.1f}",
+        )
     return table
 
 

@@ -95,20 +95,39 @@ def parse_smoother(spec: str) -> Smoother | None:
 
 
 def _general_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--estimator", choices=["mc", "value", "judge"], required=True,
-                        help="mc: Monte-Carlo replay; value: a trained value model; judge: an LLM")  # fmt: skip
-    parser.add_argument("--trajectories", type=Path, required=True,
-                        help="trajectory JSONL (distill's trajectories.jsonl) or a directory of them")  # fmt: skip
+    parser.add_argument(
+        "--estimator",
+        choices=["mc", "value", "judge"],
+        required=True,
+        help="mc: Monte-Carlo replay; value: a trained value model; judge: an LLM",
+    )
+    parser.add_argument(
+        "--trajectories",
+        type=Path,
+        required=True,
+        help="trajectory JSONL (distill's trajectories.jsonl) or a directory of them",
+    )
     parser.add_argument("--out", type=Path, required=True, help="output JSONL of SFT samples")
-    parser.add_argument("--curves", type=Path, default=None,
-                        help="also write each estimated value curve and its segments here (JSONL)")  # fmt: skip
+    parser.add_argument(
+        "--curves",
+        type=Path,
+        default=None,
+        help="also write each estimated value curve and its segments here (JSONL)",
+    )
     parser.add_argument("--delta", type=float, default=0.2, help="minimum rise of a segment")
-    parser.add_argument("--epsilon", type=float, default=0.05,
-                        help="largest single drop tolerated inside a segment")  # fmt: skip
-    parser.add_argument("--smooth", type=parse_smoother, default=None, metavar="SPEC",
-                        help="smooth V first: none, ema:ALPHA or ma:WINDOW (default: none)")  # fmt: skip
-    parser.add_argument("--concurrency", type=int, default=4,
-                        help="sandboxes (mc) or requests (judge) in flight")  # fmt: skip
+    parser.add_argument(
+        "--epsilon", type=float, default=0.05, help="largest single drop tolerated inside a segment"
+    )
+    parser.add_argument(
+        "--smooth",
+        type=parse_smoother,
+        default=None,
+        metavar="SPEC",
+        help="smooth V first: none, ema:ALPHA or ma:WINDOW (default: none)",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=4, help="sandboxes (mc) or requests (judge) in flight"
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -116,37 +135,61 @@ def _mc_arguments(parser: argparse.ArgumentParser) -> None:
     mc = parser.add_argument_group("mc: Monte-Carlo replay")
     mc.add_argument("--tasks", default="builtin", help="the trajectories' task file, or 'builtin'")
     mc.add_argument("--k", type=int, default=4, help="continuations per prefix")
-    mc.add_argument("--stride", type=int, default=1,
-                    help="estimate every STRIDE-th prefix (and the last); fill the rest")  # fmt: skip
+    mc.add_argument(
+        "--stride",
+        type=int,
+        default=1,
+        help="estimate every STRIDE-th prefix (and the last); fill the rest",
+    )
     mc.add_argument("--fill", choices=["interpolate", "carry"], default="interpolate")
     mc.add_argument("--max-steps", type=int, default=10, help="model calls per continuation")
-    mc.add_argument("--policy-url", default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1"),
-                    help="the continuing policy: an OpenAI-compatible API root")  # fmt: skip
+    mc.add_argument(
+        "--policy-url",
+        default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1"),
+        help="the continuing policy: an OpenAI-compatible API root",
+    )
     mc.add_argument("--policy-model", default="default")
     mc.add_argument("--policy-api-key-env", default="OPENAI_API_KEY")
     mc.add_argument("--temperature", type=float, default=1.0)
     mc.add_argument("--max-tokens", type=int, default=None, help="per policy call")
     mc.add_argument("--seed", type=int, default=0, help="base of the continuation seeds")
-    mc.add_argument("--server-url", "--url", dest="url",
-                    default=os.environ.get("ORCHARD_ENV_URL", DEFAULT_URL),
-                    help="the Orchard Env service (default: $ORCHARD_ENV_URL or :8000)")  # fmt: skip
+    mc.add_argument(
+        "--server-url",
+        "--url",
+        dest="url",
+        default=os.environ.get("ORCHARD_ENV_URL", DEFAULT_URL),
+        help="the Orchard Env service (default: $ORCHARD_ENV_URL or :8000)",
+    )
     mc.add_argument("--api-key", default=os.environ.get("ORCHARD_ENV_API_KEY"))
     mc.add_argument("--image", default=None, help="sandbox image for repository tasks")
 
 
 def _judge_arguments(parser: argparse.ArgumentParser) -> None:
     judge = parser.add_argument_group("judge: an LLM judge")
-    judge.add_argument("--judge-url", default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1"),
-                       help="an OpenAI-compatible API root")  # fmt: skip
+    judge.add_argument(
+        "--judge-url",
+        default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8080/v1"),
+        help="an OpenAI-compatible API root",
+    )
     judge.add_argument("--judge-model", default="default")
     judge.add_argument("--judge-api-key-env", default="OPENAI_API_KEY")
-    judge.add_argument("--judge-retries", type=int, default=2,
-                       help="re-asks after an answer without a probability")  # fmt: skip
+    judge.add_argument(
+        "--judge-retries", type=int, default=2, help="re-asks after an answer without a probability"
+    )
     judge.add_argument("--judge-max-tokens", type=int, default=64)
-    judge.add_argument("--on-unparseable", type=_unparseable, default=None, metavar="error|P",
-                       help="when no answer parses: fail (default) or use the value P")  # fmt: skip
-    judge.add_argument("--http-retries", type=int, default=2,
-                       help="HTTP retries of the judge and policy clients on 5xx / connection errors")  # fmt: skip
+    judge.add_argument(
+        "--on-unparseable",
+        type=_unparseable,
+        default=None,
+        metavar="error|P",
+        help="when no answer parses: fail (default) or use the value P",
+    )
+    judge.add_argument(
+        "--http-retries",
+        type=int,
+        default=2,
+        help="HTTP retries of the judge and policy clients on 5xx / connection errors",
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -234,9 +277,13 @@ class TrajectoryResult:
         """The ``--curves`` line."""
         meta = self.trajectory.metadata
         segments = [[s.segment.start, s.segment.stop] for s in self.samples if s.segment]
-        return {"instance_id": meta.task_id, "attempt": meta.attempt,
-                "verify_status": meta.verdict, "values": self.values,
-                "segments": segments}  # fmt: skip
+        return {
+            "instance_id": meta.task_id,
+            "attempt": meta.attempt,
+            "verify_status": meta.verdict,
+            "values": self.values,
+            "segments": segments,
+        }
 
 
 async def estimate_all(
@@ -285,20 +332,34 @@ def _model(args: argparse.Namespace, *, judge: bool) -> Any:
     from orchard_env_client.llm import ModelConfig
 
     if judge:
-        return ModelConfig(model=args.judge_model, base_url=args.judge_url, temperature=0.0,
-                           api_key_env=args.judge_api_key_env, max_retries=args.http_retries,
-                           retry_backoff_s=0.5)  # fmt: skip
-    return ModelConfig(model=args.policy_model, base_url=args.policy_url,
-                       temperature=args.temperature, max_tokens=args.max_tokens,
-                       api_key_env=args.policy_api_key_env, max_retries=args.http_retries,
-                       retry_backoff_s=0.5)  # fmt: skip
+        return ModelConfig(
+            model=args.judge_model,
+            base_url=args.judge_url,
+            temperature=0.0,
+            api_key_env=args.judge_api_key_env,
+            max_retries=args.http_retries,
+            retry_backoff_s=0.5,
+        )
+    return ModelConfig(
+        model=args.policy_model,
+        base_url=args.policy_url,
+        temperature=args.temperature,
+        max_tokens=args.max_tokens,
+        api_key_env=args.policy_api_key_env,
+        max_retries=args.http_retries,
+        retry_backoff_s=0.5,
+    )
 
 
 def _judge(args: argparse.Namespace, on_unit: Callable[[], None]) -> Estimator:
     from .estimators import JudgeConfig, LLMJudge
 
-    config = JudgeConfig(retries=args.judge_retries, on_unparseable=args.on_unparseable,
-                         concurrency=args.concurrency, max_tokens=args.judge_max_tokens)  # fmt: skip
+    config = JudgeConfig(
+        retries=args.judge_retries,
+        on_unparseable=args.on_unparseable,
+        concurrency=args.concurrency,
+        max_tokens=args.judge_max_tokens,
+    )
     return LLMJudge(_model(args, judge=True), config, on_unit=on_unit)
 
 
@@ -314,14 +375,22 @@ def _value(args: argparse.Namespace) -> Estimator:
 
 
 def _mc(
-    args: argparse.Namespace, client: AsyncSandboxClient, tasks: Sequence[Task],
+    args: argparse.Namespace,
+    client: AsyncSandboxClient,
+    tasks: Sequence[Task],
     on_unit: Callable[[], None],
-) -> MonteCarloReplay:  # fmt: skip
+) -> MonteCarloReplay:
     from .estimators import MonteCarloConfig, MonteCarloReplay
 
-    config = MonteCarloConfig(k=args.k, stride=args.stride, fill=args.fill,
-                              max_steps=args.max_steps, concurrency=args.concurrency,
-                              seed=args.seed, default_image=args.image)  # fmt: skip
+    config = MonteCarloConfig(
+        k=args.k,
+        stride=args.stride,
+        fill=args.fill,
+        max_steps=args.max_steps,
+        concurrency=args.concurrency,
+        seed=args.seed,
+        default_image=args.image,
+    )
     return MonteCarloReplay(client, tasks, _model(args, judge=False), config, on_unit=on_unit)
 
 
@@ -334,23 +403,30 @@ def _segments(result: TrajectoryResult) -> str:
 
 
 def summarize(
-    results: Sequence[TrajectoryResult], estimator: str, out: Path, seconds: float,
+    results: Sequence[TrajectoryResult],
+    estimator: str,
+    out: Path,
+    seconds: float,
     extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The run's totals (what ``--json`` prints)."""
     kinds = Counter(s.kind for r in results for s in r.samples)
     estimated = [r for r in results if r.values is not None]
     return {
-        "out": str(out), "estimator": estimator, "trajectories": len(results),
+        "out": str(out),
+        "estimator": estimator,
+        "trajectories": len(results),
         "resolved": sum(r.values is None and r.turns > 0 for r in results),
         "estimated": len(estimated),
         "without_turns": sum(r.turns == 0 for r in results),
         "with_segments": sum(any(s.kind == "segment" for s in r.samples) for r in estimated),
-        "samples": sum(kinds.values()), "whole": kinds.get("whole", 0),
+        "samples": sum(kinds.values()),
+        "whole": kinds.get("whole", 0),
         "segments": kinds.get("segment", 0),
         "trained_turns": sum(sum(s.loss_mask) for r in results for s in r.samples),
-        "seconds": round(seconds, 1), **(extra or {}),
-    }  # fmt: skip
+        "seconds": round(seconds, 1),
+        **(extra or {}),
+    }
 
 
 def summary_table(results: Sequence[TrajectoryResult], summary: dict[str, Any]) -> Table:
@@ -361,12 +437,26 @@ def summary_table(results: Sequence[TrajectoryResult], summary: dict[str, Any]) 
     for r in results[:_SHOWN_ROWS]:
         meta = r.trajectory.metadata
         curve = " ".join(f"{v:.2f}" for v in r.values) if r.values is not None else "(whole)"
-        table.add_row(escape(meta.task_id), str(meta.attempt), str(meta.verdict),
-                      str(r.turns), curve, _segments(r), str(len(r.samples)))  # fmt: skip
+        table.add_row(
+            escape(meta.task_id),
+            str(meta.attempt),
+            str(meta.verdict),
+            str(r.turns),
+            curve,
+            _segments(r),
+            str(len(r.samples)),
+        )
     if len(results) > _SHOWN_ROWS:
         table.add_row(f"... {len(results) - _SHOWN_ROWS} more", "", "", "", "", "", "")
-    keys = ("trajectories", "estimated", "with_segments", "whole", "segments", "trained_turns",
-            "seconds")  # fmt: skip
+    keys = (
+        "trajectories",
+        "estimated",
+        "with_segments",
+        "whole",
+        "segments",
+        "trained_turns",
+        "seconds",
+    )
     table.caption = ", ".join(f"{k}: {summary[k]}" for k in keys)
     return table
 
@@ -378,9 +468,14 @@ class _Bars:
     """The progress bars: trajectories estimated, and rollouts (mc) or requests."""
 
     def __init__(self, console: Console, trajectories: int, unit_name: str) -> None:
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(), console=console,
-                                 transient=True)  # fmt: skip
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
         self._trajectories = self.progress.add_task("trajectories", total=trajectories)
         self._units = self.progress.add_task(unit_name, total=None)
 
@@ -412,8 +507,9 @@ async def _estimate(
         # the value model batches concurrent calls (batch_size trajectories a request)
         concurrency = args.concurrency if args.estimator == "judge" else args.batch_size
         try:
-            results = await estimate_all(trajectories, estimator, cfg, concurrency=concurrency,
-                                         on_done=bars.done)  # fmt: skip
+            results = await estimate_all(
+                trajectories, estimator, cfg, concurrency=concurrency, on_done=bars.done
+            )
         finally:
             close = getattr(estimator, "aclose", None)  # the value model's worker process
             if close is not None:
@@ -423,9 +519,12 @@ async def _estimate(
 
 
 async def _estimate_mc(
-    args: argparse.Namespace, trajectories: list[Trajectory], todo: list[Trajectory],
-    cfg: CreditConfig, bars: _Bars,
-) -> tuple[list[TrajectoryResult], dict[str, Any]]:  # fmt: skip
+    args: argparse.Namespace,
+    trajectories: list[Trajectory],
+    todo: list[Trajectory],
+    cfg: CreditConfig,
+    bars: _Bars,
+) -> tuple[list[TrajectoryResult], dict[str, Any]]:
     from orchard_env_client import AsyncSandboxClient
 
     from ..tasks import load_tasks
@@ -435,8 +534,9 @@ async def _estimate_mc(
         await client.health()
         estimator = _mc(args, client, tasks, bars.unit)
         bars.planned(sum(estimator.units(t) for t in todo))
-        results = await estimate_all(trajectories, estimator, cfg,
-                                     concurrency=args.concurrency, on_done=bars.done)  # fmt: skip
+        results = await estimate_all(
+            trajectories, estimator, cfg, concurrency=args.concurrency, on_done=bars.done
+        )
         return results, {"mc": estimator.stats()}
 
 

@@ -276,8 +276,9 @@ async def _replay_mini_action(episode: _Episode, action: RecordedAction) -> tupl
     command = str(args.get("command", "")) if isinstance(args, Mapping) else ""
     if not command:
         return "", False
-    job = await episode.sandbox.exec("exec 2>&1\n" + command, cwd=episode.repo_dir,
-                                     timeout=episode.bash_timeout_s, env=SHELL_ENV)  # fmt: skip
+    job = await episode.sandbox.exec(
+        "exec 2>&1\n" + command, cwd=episode.repo_dir, timeout=episode.bash_timeout_s, env=SHELL_ENV
+    )
     output = job.stdout + job.stderr
     first = output.lstrip().splitlines()[:1]
     submitted = job.exit_code == 0 and first == [_MINI_SUBMIT_SENTINEL]
@@ -316,9 +317,12 @@ async def restore_prefix(
 
 
 async def _continue_tools(
-    episode: _Episode, prefix: list[dict[str, Any]], model: ModelConfig, instance_id: str,
+    episode: _Episode,
+    prefix: list[dict[str, Any]],
+    model: ModelConfig,
+    instance_id: str,
     cfg: MonteCarloConfig,
-) -> str:  # fmt: skip
+) -> str:
     """The tools harness's own loop, resumed from ``prefix``; its exit status."""
     episode.messages = prefix
     episode.deadline = time.monotonic() + cfg.max_time_s
@@ -327,9 +331,15 @@ async def _continue_tools(
 
 
 def _continue_mini(
-    base_url: str, sandbox_id: str, repo_dir: str, prefix: list[dict[str, Any]],
-    model: ModelConfig, instance_id: str, mini_config: str, cfg: MonteCarloConfig,
-) -> str:  # fmt: skip
+    base_url: str,
+    sandbox_id: str,
+    repo_dir: str,
+    prefix: list[dict[str, Any]],
+    model: ModelConfig,
+    instance_id: str,
+    mini_config: str,
+    cfg: MonteCarloConfig,
+) -> str:
     """mini-swe-agent's ``DefaultAgent`` resumed from ``prefix`` (blocking: run in a thread).
 
     The agent starts as mini always does, except that the system and task messages it adds
@@ -349,17 +359,28 @@ def _continue_mini(
                 messages, prefix = tuple(prefix), []
             return super().add_messages(*messages)
 
-    config = build_mini_config(model=model, instance_id=instance_id, repo_dir=repo_dir,
-                               step_limit=cfg.max_steps, cost_limit=0.0,
-                               time_limit_s=cfg.max_time_s, mini_config=mini_config,
-                               command_timeout=int(cfg.bash_timeout_s))  # fmt: skip
+    config = build_mini_config(
+        model=model,
+        instance_id=instance_id,
+        repo_dir=repo_dir,
+        step_limit=cfg.max_steps,
+        cost_limit=0.0,
+        time_limit_s=cfg.max_time_s,
+        mini_config=mini_config,
+        command_timeout=int(cfg.bash_timeout_s),
+    )
     config["model"]["model_kwargs"].setdefault("api_key", model.api_key() or "no-key")
     with SandboxClient(base_url=base_url, auto_cleanup=False) as sync:
         env = OrchardEnvironment(sandbox=sync.get_sandbox(sandbox_id), **config["environment"])
         agent = ResumedAgent(get_model(config=config["model"]), env, **config["agent"])
         result = agent.run("")
-    return mini_exit_status(str(result.get("exit_status") or ""), steps=agent.n_calls,
-                            step_limit=cfg.max_steps, cost=agent.cost, cost_limit=0.0)  # fmt: skip
+    return mini_exit_status(
+        str(result.get("exit_status") or ""),
+        steps=agent.n_calls,
+        step_limit=cfg.max_steps,
+        cost=agent.cost,
+        cost_limit=0.0,
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -514,8 +535,9 @@ class MonteCarloReplay:
         plan = self.plan(trajectory)
         runs = [(p, j) for p, k in plan for j in range(k)]
         results = await gather_all(self._continuation(trajectory, task, p, j) for p, j in runs)
-        known = {p: self._value(trajectory, p, [r for r in results if r.prefix == p])
-                 for p, _ in plan}  # fmt: skip
+        known = {
+            p: self._value(trajectory, p, [r for r in results if r.prefix == p]) for p, _ in plan
+        }
         return fill_values(plan[-1][0], known, self.config.fill)
 
     def _task(self, trajectory: Trajectory) -> Task:
@@ -535,8 +557,10 @@ class MonteCarloReplay:
         ok = [r for r in results if r.error is None]
         if not ok:
             meta, first = trajectory.metadata, results[0].error if results else None
-            raise ReplayError(f"{meta.task_id} (attempt {meta.attempt}): all {len(results)} "
-                              f"continuations of prefix {prefix} failed; first: {first}")  # fmt: skip
+            raise ReplayError(
+                f"{meta.task_id} (attempt {meta.attempt}): all {len(results)} "
+                f"continuations of prefix {prefix} failed; first: {first}"
+            )
         return sum(r.resolved for r in ok) / len(ok)
 
     async def _continuation(
@@ -544,20 +568,34 @@ class MonteCarloReplay:
     ) -> Continuation:
         meta = trajectory.metadata
         seed = continuation_seed(self.config.seed, meta.task_id, meta.attempt, prefix, index)
-        fields: dict[str, Any] = {"instance_id": meta.task_id, "attempt": meta.attempt,
-                                  "prefix": prefix, "index": index, "seed": seed}  # fmt: skip
+        fields: dict[str, Any] = {
+            "instance_id": meta.task_id,
+            "attempt": meta.attempt,
+            "prefix": prefix,
+            "index": index,
+            "seed": seed,
+        }
         async with self._gate:
             started = time.monotonic()  # sandbox time, not time queued at the gate
             try:
                 patch, restored, exit_status = await self._explore(trajectory, task, prefix, seed)
                 status = await self._grade(task, patch)
             except _INFRA_ERRORS as exc:
-                result = Continuation(**fields, status="error", error=f"{type(exc).__name__}: {exc}",
-                                      duration_s=time.monotonic() - started)  # fmt: skip
+                result = Continuation(
+                    **fields,
+                    status="error",
+                    error=f"{type(exc).__name__}: {exc}",
+                    duration_s=time.monotonic() - started,
+                )
             else:
-                result = Continuation(**fields, status=status, exit_status=exit_status,
-                                      restored_actions=restored.actions, diverged=restored.diverged,
-                                      duration_s=time.monotonic() - started)  # fmt: skip
+                result = Continuation(
+                    **fields,
+                    status=status,
+                    exit_status=exit_status,
+                    restored_actions=restored.actions,
+                    diverged=restored.diverged,
+                    duration_s=time.monotonic() - started,
+                )
         self.continuations.append(result)
         if self.on_unit is not None:
             self.on_unit()
@@ -568,17 +606,25 @@ class MonteCarloReplay:
     ) -> tuple[str, Restored, str]:
         """Restore the prefix in a fresh sandbox, continue, take the diff; delete the sandbox."""
         cfg = self.config
-        sandbox, spec = await prepare(self.client, task, backend=self._backend,
-                                      default_image=cfg.default_image, hide_history=True,
-                                      labels={"orchard-swe-role": "mc-replay"})  # fmt: skip
+        sandbox, spec = await prepare(
+            self.client,
+            task,
+            backend=self._backend,
+            default_image=cfg.default_image,
+            hide_history=True,
+            labels={"orchard-swe-role": "mc-replay"},
+        )
         try:
             self._check_repo_dir(trajectory, spec)
             base = await head_commit(sandbox, spec.repo_dir)
-            episode = _Episode(sandbox=sandbox, repo_dir=spec.repo_dir, deadline=None,
-                               editor=SandboxEditor(sandbox, spec.repo_dir,
-                                                    max_output_chars=cfg.max_output_chars),
-                               bash_timeout_s=cfg.bash_timeout_s,
-                               max_output_chars=cfg.max_output_chars)  # fmt: skip
+            episode = _Episode(
+                sandbox=sandbox,
+                repo_dir=spec.repo_dir,
+                deadline=None,
+                editor=SandboxEditor(sandbox, spec.repo_dir, max_output_chars=cfg.max_output_chars),
+                bash_timeout_s=cfg.bash_timeout_s,
+                max_output_chars=cfg.max_output_chars,
+            )
             harness = trajectory.metadata.harness
             restored = await restore_prefix(episode, trajectory.messages, prefix, harness)
             exit_status = SUBMITTED
@@ -593,8 +639,10 @@ class MonteCarloReplay:
     def _check_repo_dir(trajectory: Trajectory, spec: EnvironmentSpec) -> None:
         recorded = trajectory.metadata.extra.get("repo_dir")
         if recorded and recorded != spec.repo_dir:
-            raise ReplayError(f"{trajectory.metadata.task_id} was recorded in {recorded}, "
-                              f"but this service puts the repository in {spec.repo_dir}")  # fmt: skip
+            raise ReplayError(
+                f"{trajectory.metadata.task_id} was recorded in {recorded}, "
+                f"but this service puts the repository in {spec.repo_dir}"
+            )
 
     async def _continue(
         self, trajectory: Trajectory, episode: _Episode, prefix: int, seed: int
@@ -612,17 +660,25 @@ class MonteCarloReplay:
         )
         try:
             return await asyncio.to_thread(
-                _continue_mini, self.client.base_url, episode.sandbox.sandbox_id,
-                episode.repo_dir, messages, model, instance_id, mini_config, self.config,
-            )  # fmt: skip
+                _continue_mini,
+                self.client.base_url,
+                episode.sandbox.sandbox_id,
+                episode.repo_dir,
+                messages,
+                model,
+                instance_id,
+                mini_config,
+                self.config,
+            )
         except Exception as exc:  # mini re-raises whatever ended its run
             raise _ContinuationFailed(f"mini-swe-agent: {type(exc).__name__}: {exc}") from exc
 
     async def _grade(self, task: Task, patch: str) -> str:
         if not patch.strip():
             return "unresolved"
-        result = await grade(self.client, task, patch, backend=self._backend,
-                             default_image=self.config.default_image)  # fmt: skip
+        result = await grade(
+            self.client, task, patch, backend=self._backend, default_image=self.config.default_image
+        )
         return result.status
 
     def stats(self) -> dict[str, Any]:
@@ -684,9 +740,12 @@ def _message_text(message: Mapping[str, Any], limit: int) -> str:
 
 
 def render_prefix(
-    messages: Sequence[Mapping[str, Any]], prefix: int, *, max_chars: int = 24_000,
+    messages: Sequence[Mapping[str, Any]],
+    prefix: int,
+    *,
+    max_chars: int = 24_000,
     max_message_chars: int = 3_000,
-) -> tuple[str, str]:  # fmt: skip
+) -> tuple[str, str]:
     """``(task, transcript)`` of prefix ``prefix``: the first user message, and the turns
     after it as ``[role]`` blocks (each cut to ``max_message_chars``, the whole transcript
     to ``max_chars``; the middle is elided)."""
@@ -694,8 +753,11 @@ def render_prefix(
     first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), None)
     task = _message_text(messages[first_user], max_chars) if first_user is not None else ""
     start = first_user + 1 if first_user is not None else 0
-    blocks = [f"[{m.get('role', '?')}]\n{_message_text(m, max_message_chars)}"
-              for m in messages[start:end] if m.get("role") != "system"]  # fmt: skip
+    blocks = [
+        f"[{m.get('role', '?')}]\n{_message_text(m, max_message_chars)}"
+        for m in messages[start:end]
+        if m.get("role") != "system"
+    ]
     return task, _elide("\n\n".join(blocks), max_chars)
 
 
@@ -782,14 +844,21 @@ class LLMJudge:
 
     def question(self, trajectory: Trajectory, prefix: int) -> list[dict[str, Any]]:
         """The chat messages asking about prefix ``prefix``."""
-        task, transcript = render_prefix(trajectory.messages, prefix,
-                                         max_chars=self.config.max_chars,
-                                         max_message_chars=self.config.max_message_chars)  # fmt: skip
+        task, transcript = render_prefix(
+            trajectory.messages,
+            prefix,
+            max_chars=self.config.max_chars,
+            max_message_chars=self.config.max_message_chars,
+        )
         turns = len(assistant_positions(trajectory.messages))
-        ending = "; the agent then submitted its work" if (
-            prefix == turns and trajectory.metadata.exit_status == SUBMITTED) else ""  # fmt: skip
-        text = _JUDGE_QUESTION.format(task=task, transcript=transcript or "(nothing yet)",
-                                      turns=prefix, ending=ending)  # fmt: skip
+        ending = (
+            "; the agent then submitted its work"
+            if (prefix == turns and trajectory.metadata.exit_status == SUBMITTED)
+            else ""
+        )
+        text = _JUDGE_QUESTION.format(
+            task=task, transcript=transcript or "(nothing yet)", turns=prefix, ending=ending
+        )
         return [
             {"role": "system", "content": JUDGE_SYSTEM_PROMPT},
             {"role": "user", "content": text},
@@ -808,11 +877,18 @@ class LLMJudge:
                     self.answers.append((meta.task_id, meta.attempt, prefix, answer, value))
                     self._done()
                     return value
-                messages = [*messages, {"role": "assistant", "content": answer},
-                            {"role": "user", "content": _JUDGE_REMINDER}]  # fmt: skip
+                messages = [
+                    *messages,
+                    {"role": "assistant", "content": answer},
+                    {"role": "user", "content": _JUDGE_REMINDER},
+                ]
         if self.config.on_unparseable is None:
-            raise JudgeError(f"{where}: no probability in {self.config.retries + 1} answer(s); "
-                             f"last: {answer[:200]!r}", kind="unparseable", answer=answer)  # fmt: skip
+            raise JudgeError(
+                f"{where}: no probability in {self.config.retries + 1} answer(s); "
+                f"last: {answer[:200]!r}",
+                kind="unparseable",
+                answer=answer,
+            )
         self.unparsed += 1
         self._done()
         return self.config.on_unparseable
@@ -824,8 +900,9 @@ class LLMJudge:
             kind: Literal["unreachable", "http"] = (
                 "unreachable" if exc.status_code is None else "http"
             )
-            raise JudgeError(f"{where}: the judge at {self.model.base_url} failed: {exc}",
-                             kind=kind) from exc  # fmt: skip
+            raise JudgeError(
+                f"{where}: the judge at {self.model.base_url} failed: {exc}", kind=kind
+            ) from exc
         content = result.message.get("content")
         return content if isinstance(content, str) else ""
 

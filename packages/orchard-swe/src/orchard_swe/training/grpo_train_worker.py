@@ -57,10 +57,15 @@ EXIT_NO_SERVER = 3
 
 # The random-tiny model: 74k weights besides its 3.1M-weight embedding of SmolLM2's vocabulary
 # (tied to the output layer).
-TINY_LLAMA: dict[str, Any] = {"hidden_size": 64, "intermediate_size": 128,
-                              "num_hidden_layers": 2, "num_attention_heads": 4,
-                              "num_key_value_heads": 2, "max_position_embeddings": 512,
-                              "tie_word_embeddings": True}  # fmt: skip
+TINY_LLAMA: dict[str, Any] = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 512,
+    "tie_word_embeddings": True,
+}
 
 
 def log(message: str) -> None:
@@ -74,9 +79,12 @@ def build_model(cfg: GrpoRunConfig, tokenizer: Any) -> tuple[Any, dict[str, Any]
     end_id = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
     if cfg.model == "random-tiny":
         config = transformers.LlamaConfig(
-            vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=end_id, pad_token_id=tokenizer.pad_token_id, **TINY_LLAMA,
-        )  # fmt: skip
+            vocab_size=len(tokenizer),
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=end_id,
+            pad_token_id=tokenizer.pad_token_id,
+            **TINY_LLAMA,
+        )
         torch.manual_seed(cfg.seed)
         model = transformers.LlamaForCausalLM(config)
         source = f"LlamaForCausalLM(random init, seed {cfg.seed}, {TINY_LLAMA})"
@@ -93,9 +101,12 @@ def build_model(cfg: GrpoRunConfig, tokenizer: Any) -> tuple[Any, dict[str, Any]
             model.hf_quantizer.remove_quantization_config(model)
         source = str(gguf)
     model.generation_config.eos_token_id = end_id
-    info = {"kind": cfg.model, "source": source,
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "load_s": round(time.monotonic() - started, 2)}  # fmt: skip
+    info = {
+        "kind": cfg.model,
+        "source": source,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "load_s": round(time.monotonic() - started, 2),
+    }
     return model, info
 
 
@@ -113,8 +124,10 @@ class StepWatch(transformers.TrainerCallback):
         return [p.detach().clone() for p in self.model.parameters()]
 
     def _delta(self, before: list[Any]) -> float:
-        total = sum(float((p.detach() - b).pow(2).sum()) for p, b in
-                    zip(self.model.parameters(), before, strict=True))  # fmt: skip
+        total = sum(
+            float((p.detach() - b).pow(2).sum())
+            for p, b in zip(self.model.parameters(), before, strict=True)
+        )
         return math.sqrt(total)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -133,9 +146,12 @@ class StepWatch(transformers.TrainerCallback):
 
 
 def step_reports(
-    cfg: GrpoRunConfig, rollout: BarRolloutFunc, reward: SandboxReward, watch: StepWatch,
+    cfg: GrpoRunConfig,
+    rollout: BarRolloutFunc,
+    reward: SandboxReward,
+    watch: StepWatch,
     history: list[dict[str, Any]],
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[dict[str, Any]]:
     """One entry per step: BAR groups, executions, what TRL trained on, loss, weight change."""
     logs = {int(h["step"]): h for h in history if "loss" in h}
     out = []
@@ -144,18 +160,23 @@ def step_reports(
         calls = [c for c in reward.calls if c["step"] == step]
         trl = logs.get(step, {})
         jobs = [s["job_id"] for g in groups for s in g["samples"]]
-        out.append({
-            "step": step,
-            "trl_rewards": [r for c in calls for r in c["rewards"]],
-            "reward_source": sorted({c["source"] for c in calls}),
-            "reward_mean": trl.get("reward"), "reward_std": trl.get("reward_std"),
-            "frac_reward_zero_std": trl.get("frac_reward_zero_std"),
-            "loss": trl.get("loss"), "grad_norm": trl.get("grad_norm"),
-            "sandbox_execs": len(jobs), "job_ids": jobs,
-            "sandboxes": sorted({s["sandbox_id"] for g in groups for s in g["samples"]}),
-            **watch.steps.get(step, {}),
-            "groups": groups,
-        })  # fmt: skip
+        out.append(
+            {
+                "step": step,
+                "trl_rewards": [r for c in calls for r in c["rewards"]],
+                "reward_source": sorted({c["source"] for c in calls}),
+                "reward_mean": trl.get("reward"),
+                "reward_std": trl.get("reward_std"),
+                "frac_reward_zero_std": trl.get("frac_reward_zero_std"),
+                "loss": trl.get("loss"),
+                "grad_norm": trl.get("grad_norm"),
+                "sandbox_execs": len(jobs),
+                "job_ids": jobs,
+                "sandboxes": sorted({s["sandbox_id"] for g in groups for s in g["samples"]}),
+                **watch.steps.get(step, {}),
+                "groups": groups,
+            }
+        )
     return out
 
 
@@ -173,8 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(cfg.threads)
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    executor = SandboxExecutor(args.server_url, args.image, api_key=args.api_key,
-                               exec_timeout_s=cfg.exec_timeout_s)  # fmt: skip
+    executor = SandboxExecutor(
+        args.server_url, args.image, api_key=args.api_key, exec_timeout_s=cfg.exec_timeout_s
+    )
     try:
         backend = asyncio.run(executor.check())
     except OrchardUnavailable as exc:
@@ -184,28 +206,50 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = load_tokenizer(SMOLLM2)
     tokenizer.padding_side = "left"
     model, model_info = build_model(cfg, tokenizer)
-    log(f"model {model_info['kind']}: {model_info['parameters']:,} parameters "
-        f"({model_info['load_s']} s); sandboxes: {backend} at {args.server_url}")  # fmt: skip
+    log(
+        f"model {model_info['kind']}: {model_info['parameters']:,} parameters "
+        f"({model_info['load_s']} s); sandboxes: {backend} at {args.server_url}"
+    )
     tasks = {t.prompt: t for t in cfg.task_list()}
-    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": t.prompt}],
-                                  "task": t.spec} for t in tasks.values()])  # fmt: skip
-    rollout = BarRolloutFunc(tasks, executor, cfg.bar_config(), cfg.filters(),
-                             allowed_chars=cfg.allowed_chars or None)  # fmt: skip
+    dataset = Dataset.from_list(
+        [
+            {"prompt": [{"role": "user", "content": t.prompt}], "task": t.spec}
+            for t in tasks.values()
+        ]
+    )
+    rollout = BarRolloutFunc(
+        tasks, executor, cfg.bar_config(), cfg.filters(), allowed_chars=cfg.allowed_chars or None
+    )
     reward = SandboxReward(tasks, executor)
     trainer_args = GRPOConfig(
-        output_dir=str(args.out / "trainer"), max_steps=cfg.steps,
+        output_dir=str(args.out / "trainer"),
+        max_steps=cfg.steps,
         per_device_train_batch_size=cfg.n * cfg.prompts_per_step,
-        gradient_accumulation_steps=1, num_generations=cfg.n,
-        max_completion_length=cfg.max_completion_length, temperature=cfg.temperature,
-        learning_rate=cfg.learning_rate, lr_scheduler_type="constant", beta=0.0,
-        logging_steps=1, save_strategy="no", report_to="none", use_cpu=True,
-        gradient_checkpointing=False, seed=cfg.seed, disable_tqdm=True,
+        gradient_accumulation_steps=1,
+        num_generations=cfg.n,
+        max_completion_length=cfg.max_completion_length,
+        temperature=cfg.temperature,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type="constant",
+        beta=0.0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        gradient_checkpointing=False,
+        seed=cfg.seed,
+        disable_tqdm=True,
         dataloader_num_workers=0,
-    )  # fmt: skip
+    )
     started = time.monotonic()
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=trainer_args,
-                          train_dataset=dataset, processing_class=tokenizer,
-                          rollout_func=rollout)  # fmt: skip
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[reward],
+        args=trainer_args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rollout_func=rollout,
+    )
     watch = StepWatch(model)
     trainer.add_callback(watch)
     init_s = time.monotonic() - started

@@ -305,7 +305,9 @@ class Policy(Protocol):
 
 
 class _HTTPPolicy:
-    def __init__(self, base_url: str, timeout_s: float, transport: httpx.AsyncBaseTransport | None) -> None:  # fmt: skip
+    def __init__(
+        self, base_url: str, timeout_s: float, transport: httpx.AsyncBaseTransport | None
+    ) -> None:
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/") + "/",
             timeout=httpx.Timeout(timeout_s, connect=min(30.0, timeout_s)),
@@ -375,16 +377,20 @@ class TokenPolicy(_HTTPPolicy):
         self, context_ids: list[int], messages: list[dict[str, Any]], max_new_tokens: int
     ) -> Generation:
         """POST the context ids; the output ids and logprobs exactly as returned."""
-        sampling: dict[str, Any] = {"max_new_tokens": max_new_tokens,
-                                    "temperature": self.temperature, "top_p": self.top_p}  # fmt: skip
+        sampling: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+        }
         if self.seed is not None:
             sampling["seed"] = self.seed
         if self.stop_token_ids is not None:
             sampling["stop_token_ids"] = self.stop_token_ids
         self.requests.append(list(context_ids))
-        data = await self._post("generate", {"input_ids": list(context_ids),
-                                             "sampling_params": sampling,
-                                             "return_logprob": True})  # fmt: skip
+        data = await self._post(
+            "generate",
+            {"input_ids": list(context_ids), "sampling_params": sampling, "return_logprob": True},
+        )
         raw_meta = data.get("meta_info")
         meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
         ids = data.get("output_ids")
@@ -401,9 +407,11 @@ class TokenPolicy(_HTTPPolicy):
         if isinstance(finish, dict):
             finish = finish.get("type")
         return Generation(
-            completion_ids=list(ids), logprobs=_finite(logprobs, "/generate"),
-            text=self._text.text(ids), finish_reason=str(finish or "stop"),
-        )  # fmt: skip
+            completion_ids=list(ids),
+            logprobs=_finite(logprobs, "/generate"),
+            text=self._text.text(ids),
+            finish_reason=str(finish or "stop"),
+        )
 
 
 def _byte_vocab(tokenizer: PreTrainedTokenizerBase) -> dict[bytes, int]:
@@ -486,9 +494,13 @@ class ChatPolicy(_HTTPPolicy):
     ) -> Generation:
         """Send the messages; ids from the returned logprobs (see the module docstring)."""
         body: dict[str, Any] = {
-            "model": self.model, "messages": messages, "max_tokens": max_new_tokens,
-            "temperature": self.temperature, "top_p": self.top_p, "logprobs": True,
-        }  # fmt: skip
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": max_new_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "logprobs": True,
+        }
         if self.seed is not None:
             body["seed"] = self.seed
         if self.tokens_as_ids:
@@ -511,9 +523,13 @@ class ChatPolicy(_HTTPPolicy):
             ids = self._chat.renderer.encode(text)  # the best we can do: flagged as drift
             logprobs = [0.0] * len(ids) if len(logprobs) != len(ids) else logprobs
             drift = True
-        return Generation(completion_ids=ids, logprobs=logprobs, text=text,
-                          finish_reason=str(choice.get("finish_reason") or "stop"),
-                          drift=drift)  # fmt: skip
+        return Generation(
+            completion_ids=ids,
+            logprobs=logprobs,
+            text=text,
+            finish_reason=str(choice.get("finish_reason") or "stop"),
+            drift=drift,
+        )
 
 
 # ---------------------------------------------------------------- the loop
@@ -540,8 +556,9 @@ class RolloutConfig:
 
 
 def _observation(exit_code: int | None, output: str, limit: int) -> str:
-    return (f"<returncode>{exit_code}</returncode>\n<output>\n"
-            f"{truncate_middle(output, limit)}</output>")  # fmt: skip
+    return (
+        f"<returncode>{exit_code}</returncode>\n<output>\n{truncate_middle(output, limit)}</output>"
+    )
 
 
 async def rollout(
@@ -563,9 +580,14 @@ async def rollout(
     backend = None
     try:
         backend = (await client.health()).backend
-        sandbox, spec = await prepare(client, task, backend=backend, hide_history=True,
-                                      default_image=cfg.default_image,
-                                      labels={"orchard-swe-role": "rollout"})  # fmt: skip
+        sandbox, spec = await prepare(
+            client,
+            task,
+            backend=backend,
+            hide_history=True,
+            default_image=cfg.default_image,
+            labels={"orchard-swe-role": "rollout"},
+        )
     except (PrepareError, OrchardError) as exc:
         traj.error = f"environment: {exc}"
         traj.duration_s = time.monotonic() - started
@@ -591,18 +613,25 @@ async def rollout(
                 break
             try:
                 gen = await asyncio.wait_for(
-                    policy.generate(list(context), [dict(m) for m in messages],
-                                    min(cfg.max_new_tokens, budget)),
+                    policy.generate(
+                        list(context), [dict(m) for m in messages], min(cfg.max_new_tokens, budget)
+                    ),
                     remaining,
-                )  # fmt: skip
+                )
             except TimeoutError:
                 status = Status.TIME_EXCEEDED
                 break
-            traj.turns.append(Turn(
-                prompt_ids=pending, completion_ids=list(gen.completion_ids),
-                logprobs=list(gen.logprobs), loss_mask=[1] * len(gen.completion_ids),
-                finish_reason=gen.finish_reason, text=gen.text, drift=gen.drift,
-            ))  # fmt: skip
+            traj.turns.append(
+                Turn(
+                    prompt_ids=pending,
+                    completion_ids=list(gen.completion_ids),
+                    logprobs=list(gen.logprobs),
+                    loss_mask=[1] * len(gen.completion_ids),
+                    finish_reason=gen.finish_reason,
+                    text=gen.text,
+                    drift=gen.drift,
+                )
+            )
             context.extend(gen.completion_ids)
             messages.append({"role": "assistant", "content": gen.text})
             action = parse_action(gen.text)
@@ -613,8 +642,9 @@ async def rollout(
                 observation = _FORMAT_ERROR
             else:
                 timeout = max(1.0, min(cfg.command_timeout_s, deadline - time.monotonic()))
-                job = await sandbox.exec("exec 2>&1\n" + action, cwd=spec.repo_dir,
-                                         timeout=timeout, env=SHELL_ENV)  # fmt: skip
+                job = await sandbox.exec(
+                    "exec 2>&1\n" + action, cwd=spec.repo_dir, timeout=timeout, env=SHELL_ENV
+                )
                 output = job.stdout + job.stderr
                 if job.timed_out:
                     output += f"\n[the command timed out after {timeout:.0f} s]"
@@ -632,12 +662,17 @@ async def rollout(
             await sandbox.delete()
     traj.status = status if status is not None else Status.ABORTED
     traj.messages = messages
-    traj.metadata = {"turns": len(traj.turns), "context_tokens": len(context),
-                     "repo_dir": spec.repo_dir, "backend": backend}  # fmt: skip
+    traj.metadata = {
+        "turns": len(traj.turns),
+        "context_tokens": len(context),
+        "repo_dir": spec.repo_dir,
+        "backend": backend,
+    }
     if status == Status.COMPLETED and cfg.grade:
         if traj.patch.strip():
-            result = await grade(client, task, traj.patch, backend=backend,
-                                 default_image=cfg.default_image)  # fmt: skip
+            result = await grade(
+                client, task, traj.patch, backend=backend, default_image=cfg.default_image
+            )
             traj.grade_status = result.status
             traj.metadata["grading"] = result.to_dict()
         else:

@@ -224,10 +224,13 @@ class TokenizedSample:
             return {
                 "input_ids": list(self.input_ids),
                 "attention_mask": [1] * len(self.input_ids),
-                "labels": [t if m else IGNORE_INDEX for t, m in zip(self.input_ids, self.loss_mask, strict=True)],
+                "labels": [
+                    t if m else IGNORE_INDEX
+                    for t, m in zip(self.input_ids, self.loss_mask, strict=True)
+                ],
                 "completion_mask": list(self.loss_mask),
                 "metadata": meta,
-            }  # fmt: skip
+            }
         trained = {s.index for s in self.spans if s.trained}
         messages = []
         for i, message in enumerate(self.messages):
@@ -300,8 +303,10 @@ def tokenize_sample(
         spans.append(Span(i, role, start, len(ids), t_start, t_stop, trained))
     full = renderer.encode(texts[-1])
     if full != by_message:
-        at = next((k for k, (x, y) in enumerate(zip(full, by_message, strict=False)) if x != y),
-                  min(len(full), len(by_message)))  # fmt: skip
+        at = next(
+            (k for k, (x, y) in enumerate(zip(full, by_message, strict=False)) if x != y),
+            min(len(full), len(by_message)),
+        )
         raise TemplateError(
             f"tokenizing message by message differs from tokenizing the whole render "
             f"(first difference at token {at}): the tokenizer merges across messages"
@@ -331,9 +336,14 @@ def tokenize_sample(
         meta.update(turns=[sample.segment.start, sample.segment.stop], gain=sample.segment.gain)
     meta.update(extra_metadata or {})
     return TokenizedSample(
-        input_ids=ids[:end], loss_mask=mask[:end], messages=prepared[:keep], tools=tools,
-        spans=spans, targets=targets[:n_targets], metadata=meta,
-    )  # fmt: skip
+        input_ids=ids[:end],
+        loss_mask=mask[:end],
+        messages=prepared[:keep],
+        tools=tools,
+        spans=spans,
+        targets=targets[:n_targets],
+        metadata=meta,
+    )
 
 
 def _runs(mask: Sequence[int]) -> list[tuple[int, int]]:
@@ -385,10 +395,14 @@ def sample_from_dict(data: Mapping[str, Any]) -> SftSample:
     if kind not in ("whole", "segment"):
         raise ValueError(f"unknown sample kind {kind!r}")
     return SftSample(
-        messages=messages, loss_mask=loss, tools=tuple(dict(t) for t in data.get("tools") or ()),
-        kind=kind, instance_id=str(meta.get("instance_id", "")),
-        attempt=int(meta.get("attempt", 0)), segment=segment,
-    )  # fmt: skip
+        messages=messages,
+        loss_mask=loss,
+        tools=tuple(dict(t) for t in data.get("tools") or ()),
+        kind=kind,
+        instance_id=str(meta.get("instance_id", "")),
+        attempt=int(meta.get("attempt", 0)),
+        segment=segment,
+    )
 
 
 def _input_files(path: Path) -> list[Path]:
@@ -465,10 +479,14 @@ class SftStats:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary."""
         return {
-            "read": self.read, "kept": self.kept, "dropped": dict(sorted(self.dropped.items())),
-            "truncated": self.truncated, "tokens": self.tokens,
-            "trained_tokens": self.trained_tokens, "verified": self.verified,
-        }  # fmt: skip
+            "read": self.read,
+            "kept": self.kept,
+            "dropped": dict(sorted(self.dropped.items())),
+            "truncated": self.truncated,
+            "tokens": self.tokens,
+            "trained_tokens": self.trained_tokens,
+            "verified": self.verified,
+        }
 
 
 def _status_reason(item: Trajectory | SftSample, cfg: SftConfig) -> str | None:
@@ -502,8 +520,7 @@ def build_sft_data(
             continue
         extra: dict[str, Any] = {"tokenizer": tokenizer_name} if tokenizer_name else {}
         if isinstance(item, Trajectory):
-            extra.update(exit_status=item.metadata.exit_status,
-                         verify_status=item.metadata.verdict)  # fmt: skip
+            extra.update(exit_status=item.metadata.exit_status, verify_status=item.metadata.verdict)
             sample = whole_sample(item)
         else:
             sample = item

@@ -100,8 +100,12 @@ def worker_model_args(model: str) -> list[str]:
 def worker_env() -> dict[str, str]:
     """The environment of a worker: offline, and the checkout's pure modules importable."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYTHONPATH=workspace_pythonpath(), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               PYTHONUNBUFFERED="1")  # fmt: skip
+    env.update(
+        PYTHONPATH=workspace_pythonpath(),
+        HF_HUB_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONUNBUFFERED="1",
+    )
     return env
 
 
@@ -143,9 +147,13 @@ def run_worker(
     events: list[Event] = []
     with open(log_path, "a", encoding="utf-8") as log:
         proc = subprocess.Popen(
-            [str(python), str(script), *argv], stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=log, text=True, env=worker_env(),
-        )  # fmt: skip
+            [str(python), str(script), *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=worker_env(),
+        )
         assert proc.stdout is not None
         try:
             for line in proc.stdout:
@@ -184,8 +192,11 @@ def print_event(event: Event, stream: IO[str] | None = None) -> None:
         parts.append(f"{event.get('seconds', 0.0):.1f}s")
         print("  ".join(parts), file=out, flush=True)
     elif kind == "loaded":
-        print(f"{event['model']}: {event['params']:,} parameters, loaded in "
-              f"{event['seconds']:.1f}s", file=out, flush=True)  # fmt: skip
+        print(
+            f"{event['model']}: {event['params']:,} parameters, loaded in {event['seconds']:.1f}s",
+            file=out,
+            flush=True,
+        )
     elif kind != "done":
         fields = " ".join(
             f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
@@ -218,9 +229,25 @@ def train_sft(
     ``out_dir/worker.log``.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    argv = ["--data", str(data), "--model", model, *worker_model_args(model),
-            "--steps", str(steps), "--out", str(out_dir), "--max-samples", str(max_samples),
-            "--batch-size", str(batch_size), "--threads", str(threads), "--seed", str(seed)]  # fmt: skip
+    argv = [
+        "--data",
+        str(data),
+        "--model",
+        model,
+        *worker_model_args(model),
+        "--steps",
+        str(steps),
+        "--out",
+        str(out_dir),
+        "--max-samples",
+        str(max_samples),
+        "--batch-size",
+        str(batch_size),
+        "--threads",
+        str(threads),
+        "--seed",
+        str(seed),
+    ]
     if lr is not None:
         argv += ["--lr", str(lr)]
     (out_dir / "report.json").unlink(missing_ok=True)
@@ -260,26 +287,47 @@ async def proof_credit_samples(
     out: list[SftSample] = []
     for harness in dict.fromkeys(t.metadata.harness for t in trajectories):
         group = [t for t in trajectories if t.metadata.harness == harness]
-        curves = {(t.metadata.task_id, t.metadata.attempt):
-                  half_fix_curve(len(assistant_positions(t.messages))) for t in group}  # fmt: skip
+        curves = {
+            (t.metadata.task_id, t.metadata.attempt): half_fix_curve(
+                len(assistant_positions(t.messages))
+            )
+            for t in group
+        }
         out.extend(await credit_samples(group, FixedValues(curves), cfg))
     return out
 
 
 async def _proof_trajectories(
-    url: str, api_key: str | None, out_dir: Path, ids: Sequence[str] | None,
-    harnesses: Sequence[Harness], concurrency: int, image: str | None,
-) -> list[Trajectory]:  # fmt: skip
+    url: str,
+    api_key: str | None,
+    out_dir: Path,
+    ids: Sequence[str] | None,
+    harnesses: Sequence[Harness],
+    concurrency: int,
+    image: str | None,
+) -> list[Trajectory]:
     tasks = load_tasks(BUILTIN, ids=ids)
     runs: dict[tuple[str, str], Path] = {}
     async with AsyncSandboxClient(base_url=url, api_key=api_key) as client:
         for harness in harnesses:
             for kind in ("gold", "half"):
-                scripts = {t.instance_id: gold_script(t.patch, harness) if kind == "gold"
-                           else half_script(t.patch, harness) for t in tasks}  # fmt: skip
+                scripts = {
+                    t.instance_id: gold_script(t.patch, harness)
+                    if kind == "gold"
+                    else half_script(t.patch, harness)
+                    for t in tasks
+                }
                 run_dir = out_dir / "runs" / f"{harness}-{kind}"
-                await distill_scripted(client, tasks, harness, kind, scripts, run_dir,
-                                       concurrency=concurrency, image=image)  # fmt: skip
+                await distill_scripted(
+                    client,
+                    tasks,
+                    harness,
+                    kind,
+                    scripts,
+                    run_dir,
+                    concurrency=concurrency,
+                    image=image,
+                )
                 runs[(harness, kind)] = run_dir / "trajectories.jsonl"
     by_run = {key: {t.metadata.task_id: t for t in read_jsonl(path)} for key, path in runs.items()}
     ordered = []  # per harness, per task: gold then half (so any prefix mixes both kinds)
@@ -327,8 +375,9 @@ def make_proof_data(
     with open(out_dir / "credit.jsonl", "w", encoding="utf-8") as handle:
         for sample in samples:
             handle.write(json.dumps(sample.to_dict(), ensure_ascii=False) + "\n")
-    tokenized, stats = build_sft_data(samples, load_tokenizer(tokenizer), SftConfig(verify=True),
-                                      tokenizer_name=tokenizer)  # fmt: skip
+    tokenized, stats = build_sft_data(
+        samples, load_tokenizer(tokenizer), SftConfig(verify=True), tokenizer_name=tokenizer
+    )
     write_records(tokenized, out_dir / "sft.jsonl")
     statuses: dict[str, int] = {}
     for traj in trajectories:
@@ -351,17 +400,33 @@ def make_proof_data(
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``orchard-swe train-sft``."""
-    parser.add_argument("--data", type=Path, required=True,
-                        help="`orchard-swe sft-data` tokens JSONL (e.g. sft-proof-data's sft.jsonl)")  # fmt: skip
+    parser.add_argument(
+        "--data",
+        type=Path,
+        required=True,
+        help="`orchard-swe sft-data` tokens JSONL (e.g. sft-proof-data's sft.jsonl)",
+    )
     parser.add_argument("--model", choices=MODELS, default="random-tiny")
     parser.add_argument("--steps", type=int, default=5, help="optimizer steps")
     parser.add_argument("--out", type=Path, required=True, help="directory for report.json")
-    parser.add_argument("--max-samples", type=int, default=4,
-                        help="the first K records are the training batch (0: all)")  # fmt: skip
-    parser.add_argument("--batch-size", type=int, default=0,
-                        help="samples per optimizer step (0: the whole training batch)")  # fmt: skip
-    parser.add_argument("--lr", type=float, default=None,
-                        help="learning rate (default: 3e-3 random-tiny, 2e-5 smollm2)")  # fmt: skip
+    parser.add_argument(
+        "--max-samples",
+        type=int,
+        default=4,
+        help="the first K records are the training batch (0: all)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=0,
+        help="samples per optimizer step (0: the whole training batch)",
+    )
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="learning rate (default: 3e-3 random-tiny, 2e-5 smollm2)",
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
 
@@ -370,14 +435,33 @@ def run_train(args: argparse.Namespace) -> int:
     """``orchard-swe train-sft``: progress on stderr, a JSON summary on stdout; 0 when the
     loss on the training batch fell, 1 when not or when training failed."""
     try:
-        report = train_sft(args.data, args.out, model=args.model, steps=args.steps,
-                           max_samples=args.max_samples, batch_size=args.batch_size, lr=args.lr,
-                           threads=args.threads, seed=args.seed)  # fmt: skip
+        report = train_sft(
+            args.data,
+            args.out,
+            model=args.model,
+            steps=args.steps,
+            max_samples=args.max_samples,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            threads=args.threads,
+            seed=args.seed,
+        )
     except (TrainError, LLMVenvError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    keys = ("model", "params", "steps", "samples", "batch_size", "loss_before", "loss_after",
-            "losses", "train_seconds", "seconds_per_step", "seconds")  # fmt: skip
+    keys = (
+        "model",
+        "params",
+        "steps",
+        "samples",
+        "batch_size",
+        "loss_before",
+        "loss_after",
+        "losses",
+        "train_seconds",
+        "seconds_per_step",
+        "seconds",
+    )
     print(json.dumps({"report": str(args.out / "report.json"), **{k: report[k] for k in keys}}))
     return 0 if report["loss_after"] < report["loss_before"] else 1
 
@@ -386,16 +470,25 @@ def add_proof_data_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``orchard-swe sft-proof-data`` (the service options are added by the CLI)."""
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--ids", nargs="*", default=None, help="only these built-in tasks")
-    parser.add_argument("--harness", nargs="+", choices=PROOF_HARNESSES,
-                        default=list(PROOF_HARNESSES))  # fmt: skip
+    parser.add_argument(
+        "--harness", nargs="+", choices=PROOF_HARNESSES, default=list(PROOF_HARNESSES)
+    )
     parser.add_argument("--tokenizer", default=SMOLLM2)
     parser.add_argument("--concurrency", type=int, default=4)
 
 
 def run_proof_data(args: argparse.Namespace, console: Console) -> int:
     """``orchard-swe sft-proof-data``: the summary as JSON on stdout."""
-    summary = make_proof_data(args.out, url=args.url, api_key=args.api_key, ids=args.ids,
-                              harnesses=args.harness, tokenizer=args.tokenizer,
-                              concurrency=args.concurrency, image=args.image, console=console)  # fmt: skip
+    summary = make_proof_data(
+        args.out,
+        url=args.url,
+        api_key=args.api_key,
+        ids=args.ids,
+        harnesses=args.harness,
+        tokenizer=args.tokenizer,
+        concurrency=args.concurrency,
+        image=args.image,
+        console=console,
+    )
     print(json.dumps(summary))
     return 0

@@ -163,7 +163,10 @@ def read_records(path: Path, limit: int | None) -> list[dict[str, Any]]:
 
 def masked_labels(rec: dict[str, Any]) -> list[int]:
     """``input_ids`` with -100 where ``completion_mask`` is 0."""
-    return [t if m else IGNORE_INDEX for t, m in zip(rec["input_ids"], rec["completion_mask"], strict=True)]  # fmt: skip
+    return [
+        t if m else IGNORE_INDEX
+        for t, m in zip(rec["input_ids"], rec["completion_mask"], strict=True)
+    ]
 
 
 def batch_loss(model: Any, records: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -263,13 +266,20 @@ def make_trainer(model: Any, tokenizer: Any, records: Sequence[dict[str, Any]], 
             self.step_tokens: list[list[int]] = []  # [trained, all] per optimizer step
 
         def compute_loss(
-            self, model: Any, inputs: Any, return_outputs: bool = False,
+            self,
+            model: Any,
+            inputs: Any,
+            return_outputs: bool = False,
             num_items_in_batch: Any = None,
-        ) -> Any:  # fmt: skip
+        ) -> Any:
             labels = inputs["labels"]
             if model.training:
-                self.batch_tokens.append((int((labels[:, 1:] != IGNORE_INDEX).sum()),
-                                          int(inputs["attention_mask"].sum())))  # fmt: skip
+                self.batch_tokens.append(
+                    (
+                        int((labels[:, 1:] != IGNORE_INDEX).sum()),
+                        int(inputs["attention_mask"].sum()),
+                    )
+                )
             nll, count = trained_token_nll(
                 model, inputs["input_ids"], inputs.get("attention_mask"), labels
             )
@@ -289,11 +299,14 @@ def make_trainer(model: Any, tokenizer: Any, records: Sequence[dict[str, Any]], 
             trainer.batch_tokens = []
             trainer.step_tokens.append([sum(s[0] for s in seen), sum(s[1] for s in seen)])
             emit(
-                "step", step=int(state.global_step), loss=float(logs["loss"]),
+                "step",
+                step=int(state.global_step),
+                loss=float(logs["loss"]),
                 grad_norm=float(logs.get("grad_norm", float("nan"))),
-                trained_tokens=sum(s[0] for s in seen), tokens=sum(s[1] for s in seen),
+                trained_tokens=sum(s[0] for s in seen),
+                tokens=sum(s[1] for s in seen),
                 seconds=round(time.monotonic() - started, 2),
-            )  # fmt: skip
+            )
 
     dataset = Dataset.from_dict(
         {
@@ -329,9 +342,12 @@ def make_trainer(model: Any, tokenizer: Any, records: Sequence[dict[str, Any]], 
         activation_checkpointing=args.activation_checkpointing,
     )
     trainer = CountingTrainer(
-        model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
+        model=model,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
         callbacks=[Progress()],
-    )  # fmt: skip
+    )
     trainer.remove_callback(PrinterCallback)  # it prints every log dict to stdout: ours is JSON
     return trainer
 
@@ -344,16 +360,29 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gguf", default=None, help="SmolLM2's GGUF file (--model smollm2)")
     parser.add_argument("--steps", type=int, default=5, help="optimizer steps")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--max-samples", type=int, default=4,
-                        help="the first K records are the training batch (0: all)")  # fmt: skip
-    parser.add_argument("--batch-size", type=int, default=0,
-                        help="samples per optimizer step (0: the whole training batch)")  # fmt: skip
-    parser.add_argument("--lr", type=float, default=None,
-                        help=f"learning rate (default: {DEFAULT_LR})")  # fmt: skip
+    parser.add_argument(
+        "--max-samples",
+        type=int,
+        default=4,
+        help="the first K records are the training batch (0: all)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=0,
+        help="samples per optimizer step (0: the whole training batch)",
+    )
+    parser.add_argument(
+        "--lr", type=float, default=None, help=f"learning rate (default: {DEFAULT_LR})"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction,
-                        default=None, help="default: on for smollm2")  # fmt: skip
+    parser.add_argument(
+        "--activation-checkpointing",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="default: on for smollm2",
+    )
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be >= 1")
@@ -381,10 +410,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = build_causal_lm(args.model, tokenizer, args.gguf, args.seed)
     load_seconds = time.monotonic() - started
     params = count_parameters(model)
-    emit("loaded", model=args.model, params=params, seconds=round(load_seconds, 2),
-         samples=len(records), batch_size=args.batch_size)  # fmt: skip
-    log(f"{args.model}: {params:,} parameters, loaded in {load_seconds:.1f}s; "
-        f"{len(records)} samples, {args.batch_size} per step, lr {args.lr}")  # fmt: skip
+    emit(
+        "loaded",
+        model=args.model,
+        params=params,
+        seconds=round(load_seconds, 2),
+        samples=len(records),
+        batch_size=args.batch_size,
+    )
+    log(
+        f"{args.model}: {params:,} parameters, loaded in {load_seconds:.1f}s; "
+        f"{len(records)} samples, {args.batch_size} per step, lr {args.lr}"
+    )
 
     started = time.monotonic()
     before = batch_loss(model, records)

@@ -83,8 +83,19 @@ def tokenizer_cache_root() -> Path:
 
 
 # GGUF metadata value types (the GGUF spec): fixed-size scalars, then string and array.
-_SCALARS: Final = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
-                   10: "<Q", 11: "<q", 12: "<d"}  # fmt: skip
+_SCALARS: Final = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
 _STRING: Final = 8
 _ARRAY: Final = 9
 
@@ -172,8 +183,12 @@ def _convert(gguf: Path, out: Path) -> None:
     if vocab.get("tokenizer_type") == "llama":  # sentencepiece files without the flag add BOS
         config.setdefault("add_bos_token", True)
     tokens = vocab["tokens"]
-    for name, key in (("bos_token", "bos_token_id"), ("eos_token", "eos_token_id"),
-                      ("unk_token", "unk_token_id"), ("pad_token", "pad_token_id")):  # fmt: skip
+    for name, key in (
+        ("bos_token", "bos_token_id"),
+        ("eos_token", "eos_token_id"),
+        ("unk_token", "unk_token_id"),
+        ("pad_token", "pad_token_id"),
+    ):
         token_id = vocab.get(key)
         if token_id is not None:
             config[name] = tokens[int(token_id)]

@@ -150,7 +150,7 @@ class ExprTask:
         elif self.target % self.modulus == 0:
             goal = f"a multiple of {self.modulus}"
         else:
-            goal = f"an integer that leaves remainder {self.target % self.modulus} when divided by {self.modulus}"  # fmt: skip
+            goal = f"an integer that leaves remainder {self.target % self.modulus} when divided by {self.modulus}"
         return (
             f"Write a Python arithmetic expression whose value is {goal}. "
             "Reply with the expression only."
@@ -227,8 +227,9 @@ class ExecSession:
         started = time.monotonic()
         async with self._gate:
             try:
-                job = await self.sandbox.exec(task.command(answer),
-                                              timeout=self.executor.exec_timeout_s)  # fmt: skip
+                job = await self.sandbox.exec(
+                    task.command(answer), timeout=self.executor.exec_timeout_s
+                )
             except ConnectionFailed as exc:
                 raise OrchardUnavailable(
                     f"the Orchard Env server at {self.executor.base_url} went away: {exc}"
@@ -256,9 +257,11 @@ class ExecSession:
     ) -> list[Execution]:
         """Run every answer (in order of ``answers``); ``statuses`` default to completed."""
         marks = list(statuses) if statuses is not None else [Status.COMPLETED] * len(answers)
-        return list(await asyncio.gather(
-            *(self._one(task, a, s) for a, s in zip(answers, marks, strict=True))
-        ))  # fmt: skip
+        return list(
+            await asyncio.gather(
+                *(self._one(task, a, s) for a, s in zip(answers, marks, strict=True))
+            )
+        )
 
 
 class SandboxExecutor:
@@ -295,8 +298,12 @@ class SandboxExecutor:
     def _client(self, max_retries: int = 3) -> AsyncSandboxClient:
         # auto_cleanup off: session() deletes its sandbox itself, and a cleanup failing on a
         # dead server must not replace the error that says so.
-        return AsyncSandboxClient(base_url=self.base_url, api_key=self.api_key,
-                                  max_retries=max_retries, auto_cleanup=False)  # fmt: skip
+        return AsyncSandboxClient(
+            base_url=self.base_url,
+            api_key=self.api_key,
+            max_retries=max_retries,
+            auto_cleanup=False,
+        )
 
     async def check(self) -> str:
         """The server's backend name ("" if unnamed); :class:`OrchardUnavailable` if it does
@@ -316,8 +323,9 @@ class SandboxExecutor:
         """A fresh sandbox for a batch of executions, deleted when the block ends."""
         async with self._client() as client:
             try:
-                sandbox = await client.create_sandbox(self.image, labels=self.labels,
-                                                      ttl_seconds=self.sandbox_ttl_s)  # fmt: skip
+                sandbox = await client.create_sandbox(
+                    self.image, labels=self.labels, ttl_seconds=self.sandbox_ttl_s
+                )
             except OrchardError as exc:
                 raise OrchardUnavailable(
                     f"cannot create a sandbox ({self.image}) at {self.base_url}: "
@@ -427,20 +435,27 @@ class ModelSampler:
         model.eval()
         inputs = torch.tensor([list(prompt_ids)], device=model.device)
         kwargs: dict[str, Any] = {
-            "do_sample": True, "num_return_sequences": k,
-            "max_new_tokens": trainer.max_completion_length, "temperature": trainer.temperature,
-            "top_p": trainer.top_p, "top_k": trainer.top_k or 0, "eos_token_id": self.eos_ids,
-            "pad_token_id": self.tokenizer.pad_token_id, "output_scores": True,
+            "do_sample": True,
+            "num_return_sequences": k,
+            "max_new_tokens": trainer.max_completion_length,
+            "temperature": trainer.temperature,
+            "top_p": trainer.top_p,
+            "top_k": trainer.top_k or 0,
+            "eos_token_id": self.eos_ids,
+            "pad_token_id": self.tokenizer.pad_token_id,
+            "output_scores": True,
             "return_dict_in_generate": True,
-        }  # fmt: skip
+        }
         if self.mask is not None:
             kwargs["logits_processor"] = self.mask
         try:
             with torch.no_grad():
-                out = model.generate(input_ids=inputs, attention_mask=torch.ones_like(inputs),
-                                     **kwargs)  # fmt: skip
-                scores = model.compute_transition_scores(out.sequences, out.scores,
-                                                         normalize_logits=True)  # fmt: skip
+                out = model.generate(
+                    input_ids=inputs, attention_mask=torch.ones_like(inputs), **kwargs
+                )
+                scores = model.compute_transition_scores(
+                    out.sequences, out.scores, normalize_logits=True
+                )
         finally:
             model.train(was_training)
         new = out.sequences[:, inputs.shape[1] :].tolist()
@@ -449,9 +464,14 @@ class ModelSampler:
             end = next((i for i, t in enumerate(ids) if t in self.eos_ids), None)
             cut = len(ids) if end is None else end + 1
             text = self.tokenizer.decode(ids[:cut], skip_special_tokens=True).strip()
-            completions.append(Completion(ids=[int(t) for t in ids[:cut]],
-                                          logprobs=[float(x) for x in lps[:cut]],
-                                          text=text, finished=end is not None))  # fmt: skip
+            completions.append(
+                Completion(
+                    ids=[int(t) for t in ids[:cut]],
+                    logprobs=[float(x) for x in lps[:cut]],
+                    text=text,
+                    finished=end is not None,
+                )
+            )
         return completions
 
 
@@ -492,8 +512,15 @@ def _task_name(task: SandboxTask) -> str:
     return str(getattr(task, "spec", task.prompt))
 
 
-ROW_FIELDS: Final = ("prompt_ids", "completion_ids", "logprobs", "env_mask", "orchard_reward",
-                     "orchard_status", "orchard_job_id")  # fmt: skip
+ROW_FIELDS: Final = (
+    "prompt_ids",
+    "completion_ids",
+    "logprobs",
+    "env_mask",
+    "orchard_reward",
+    "orchard_status",
+    "orchard_job_id",
+)
 """The keys of :class:`BarRolloutFunc`'s output (TRL's three, ``env_mask``, and extras)."""
 
 
@@ -580,15 +607,23 @@ class BarRolloutFunc:
         step = int(trainer.state.global_step) + 1
         return asyncio.run(self._batch([g[0] for g in groups], self._sampler, step))
 
-    async def _batch(self, prompts: list[Any], sampler: ModelSampler, step: int) -> dict[str, list[Any]]:  # fmt: skip
+    async def _batch(
+        self, prompts: list[Any], sampler: ModelSampler, step: int
+    ) -> dict[str, list[Any]]:
         out: dict[str, list[Any]] = {key: [] for key in ROW_FIELDS}
         async with self.executor.session() as session:
             for prompt in prompts:
                 await self._group(session, sampler, prompt, step, out)
         return out
 
-    async def _group(self, session: ExecSession, sampler: ModelSampler, prompt: Any, step: int,
-                     out: dict[str, list[Any]]) -> None:  # fmt: skip
+    async def _group(
+        self,
+        session: ExecSession,
+        sampler: ModelSampler,
+        prompt: Any,
+        step: int,
+        out: dict[str, list[Any]],
+    ) -> None:
         """BAR for one prompt: strides of samples, executed, until a group is chosen."""
         task = self._task(prompt)
         ids = sampler.prompt_ids(prompt)
@@ -604,34 +639,51 @@ class BarRolloutFunc:
             started = time.monotonic()
             runs = await session.run(task, [c.text for c in completions], statuses)
             seconds["execute_s"] += time.monotonic() - started
-            return [Sample(reward=e.reward, status=e.status, payload=(c, e))
-                    for c, e in zip(completions, runs, strict=True)]  # fmt: skip
+            return [
+                Sample(reward=e.reward, status=e.status, payload=(c, e))
+                for c, e in zip(completions, runs, strict=True)
+            ]
 
         result = await bar_rollout(generate, self.cfg, self.filters)
         for key, values in trl_rows(result, ids, self.cfg.n).items():
             out[key].extend(values)
         record = self._record(step, prompt, task, strides, result)
-        record.generate_s, record.execute_s = (round(seconds["generate_s"], 3),
-                                               round(seconds["execute_s"], 3))  # fmt: skip
+        record.generate_s, record.execute_s = (
+            round(seconds["generate_s"], 3),
+            round(seconds["execute_s"], 3),
+        )
         self.records.append(record)
 
-    def _record(self, step: int, prompt: Any, task: SandboxTask, strides: list[int],
-                result: GroupResult) -> GroupRecord:  # fmt: skip
+    def _record(
+        self, step: int, prompt: Any, task: SandboxTask, strides: list[int], result: GroupResult
+    ) -> GroupRecord:
         chosen = result.selected
         weights = result.group.weights if result.group is not None else (0.0,) * len(chosen.samples)
         samples = []
         for sample in result.samples:
             completion, execution = sample.payload
-            samples.append({**execution.to_dict(), "tokens": len(completion.ids),
-                            "finished": completion.finished})  # fmt: skip
+            samples.append(
+                {
+                    **execution.to_dict(),
+                    "tokens": len(completion.ids),
+                    "finished": completion.finished,
+                }
+            )
         return GroupRecord(
-            step=step, prompt=prompt_key(prompt), task=_task_name(task), strides=strides,
-            requested=result.requested, outcome=chosen.outcome,
+            step=step,
+            prompt=prompt_key(prompt),
+            task=_task_name(task),
+            strides=strides,
+            requested=result.requested,
+            outcome=chosen.outcome,
             bounds=list(chosen.bounds) if chosen.bounds is not None else None,
-            chosen=list(chosen.indices), positives=chosen.positives,
+            chosen=list(chosen.indices),
+            positives=chosen.positives,
             positive_ratio=chosen.positives / len(chosen.samples) if chosen.samples else math.nan,
-            dropped_by=result.dropped_by, weights=list(weights), samples=samples,
-        )  # fmt: skip
+            dropped_by=result.dropped_by,
+            weights=list(weights),
+            samples=samples,
+        )
 
 
 # ---------------------------------------------------------------- the reward function
@@ -671,14 +723,15 @@ class SandboxReward:
             job_ids = list(kwargs.get("orchard_job_id") or [None] * len(prompts))
             source = "rollout"
         else:
-            items = [(self.tasks[prompt_key(p)], _completion_text(c))
-                     for p, c in zip(prompts, completions, strict=True)]  # fmt: skip
+            items = [
+                (self.tasks[prompt_key(p)], _completion_text(c))
+                for p, c in zip(prompts, completions, strict=True)
+            ]
             runs = asyncio.run(self.executor.run(items))
             rewards = [e.reward for e in runs]
             job_ids = [e.job_id for e in runs]
             source = "executed"
-        self.calls.append({"step": step, "source": source, "rewards": rewards,
-                           "job_ids": job_ids})  # fmt: skip
+        self.calls.append({"step": step, "source": source, "rewards": rewards, "job_ids": job_ids})
         return rewards
 
 
@@ -710,12 +763,14 @@ class GrpoRunConfig:
     p_min: float = 0.25
     p_max: float = 0.75
     bar_profile: str = "reference"
-    eligible: tuple[str, ...] = attrs.field(default=("completed", "truncated"),
-                                            converter=_tuple_of_str)  # fmt: skip
+    eligible: tuple[str, ...] = attrs.field(
+        default=("completed", "truncated"), converter=_tuple_of_str
+    )
     drop_uniform: bool = True
     zero_loss_negatives: bool = False
-    tasks: tuple[str, ...] = attrs.field(default=("1%2", "0%2", "0%3", "12"),
-                                         converter=_tuple_of_str)  # fmt: skip
+    tasks: tuple[str, ...] = attrs.field(
+        default=("1%2", "0%2", "0%3", "12"), converter=_tuple_of_str
+    )
     max_completion_length: int = 6
     temperature: float = 1.0
     learning_rate: float = 1e-5

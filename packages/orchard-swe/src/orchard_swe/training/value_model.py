@@ -93,9 +93,10 @@ def prefix_sequence(trajectory: Trajectory, renderer: ChatRenderer) -> PrefixSeq
         messages=tuple(messages),
         loss_mask=tuple(int(m.get("role") == "assistant") for m in messages),
         tools=tuple(dict(t) for t in trajectory.tools),
-        kind="whole", instance_id=trajectory.metadata.task_id,
+        kind="whole",
+        instance_id=trajectory.metadata.task_id,
         attempt=trajectory.metadata.attempt,
-    )  # fmt: skip
+    )
     tokenized = tokenize_sample(sample, renderer)
     if tokenized is None:  # cannot happen: the appended turn is a target
         raise ValueError("the trajectory tokenized to nothing")
@@ -133,9 +134,17 @@ def write_examples(
         for traj in trajectories:
             seq = prefix_sequence(traj, renderer)
             label = int(resolved(traj))
-            handle.write(json.dumps({**seq.to_dict(), "label": label,
-                                     "instance_id": traj.metadata.task_id,
-                                     "attempt": traj.metadata.attempt}) + "\n")  # fmt: skip
+            handle.write(
+                json.dumps(
+                    {
+                        **seq.to_dict(),
+                        "label": label,
+                        "instance_id": traj.metadata.task_id,
+                        "attempt": traj.metadata.attempt,
+                    }
+                )
+                + "\n"
+            )
             counts["trajectories"] += 1
             counts["resolved"] += label
             counts["prefixes"] += len(seq.positions)
@@ -174,9 +183,26 @@ def train_value_model(
     counts = write_examples(read_trajectories(trajectories_path), renderer, examples)
     if on_event is not None:
         on_event({"event": "examples", **counts})
-    argv = ["train", "--data", str(examples), "--base", base, *worker_model_args(base),
-            "--tokenizer-name", tokenizer, "--steps", str(steps), "--out", str(out_dir),
-            "--batch-size", str(batch_size), "--threads", str(threads), "--seed", str(seed)]  # fmt: skip
+    argv = [
+        "train",
+        "--data",
+        str(examples),
+        "--base",
+        base,
+        *worker_model_args(base),
+        "--tokenizer-name",
+        tokenizer,
+        "--steps",
+        str(steps),
+        "--out",
+        str(out_dir),
+        "--batch-size",
+        str(batch_size),
+        "--threads",
+        str(threads),
+        "--seed",
+        str(seed),
+    ]
     if lr is not None:
         argv += ["--lr", str(lr)]
     if freeze_backbone is not None:
@@ -226,11 +252,21 @@ class ValueModelEstimator:
         # the worker's stderr, kept for error messages; closed by aclose()
         self._log = tempfile.TemporaryFile(mode="w+", prefix="orchard-value-serve-")  # noqa: SIM115
         self._proc = await asyncio.create_subprocess_exec(
-            str(python), str(VALUE_WORKER), "serve", "--model-dir", str(self.model_dir),
-            "--batch-size", str(self.batch_size), "--threads", os.environ.get("ORCHARD_LLM_THREADS", "2"),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=self._log,
-            env=worker_env(), limit=1 << 24,
-        )  # fmt: skip
+            str(python),
+            str(VALUE_WORKER),
+            "serve",
+            "--model-dir",
+            str(self.model_dir),
+            "--batch-size",
+            str(self.batch_size),
+            "--threads",
+            os.environ.get("ORCHARD_LLM_THREADS", "2"),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=self._log,
+            env=worker_env(),
+            limit=1 << 24,
+        )
         while True:
             line = await self._readline()
             if line.get("event") == "ready":
@@ -325,17 +361,28 @@ class ValueModelEstimator:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``orchard-swe train-value``."""
-    parser.add_argument("--trajectories", type=Path, required=True,
-                        help="trajectory JSONL, or a directory of them (graded)")  # fmt: skip
+    parser.add_argument(
+        "--trajectories",
+        type=Path,
+        required=True,
+        help="trajectory JSONL, or a directory of them (graded)",
+    )
     parser.add_argument("--out", type=Path, required=True, help="the model directory")
     parser.add_argument("--base", choices=MODELS, default="random-tiny")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--batch-size", type=int, default=8, help="trajectories per step")
-    parser.add_argument("--lr", type=float, default=None,
-                        help="default: 1e-2 with a frozen backbone, else 3e-3 random-tiny, "
-                             "1e-5 smollm2")  # fmt: skip
-    parser.add_argument("--freeze-backbone", action=argparse.BooleanOptionalAction, default=None,
-                        help="train the head only (default: yes for smollm2)")  # fmt: skip
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="default: 1e-2 with a frozen backbone, else 3e-3 random-tiny, 1e-5 smollm2",
+    )
+    parser.add_argument(
+        "--freeze-backbone",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="train the head only (default: yes for smollm2)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
 
@@ -343,14 +390,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """``orchard-swe train-value``: progress on stderr, a JSON summary on stdout."""
     try:
-        report = train_value_model(args.trajectories, args.out, base=args.base, steps=args.steps,
-                                   batch_size=args.batch_size, lr=args.lr,
-                                   freeze_backbone=args.freeze_backbone, threads=args.threads,
-                                   seed=args.seed)  # fmt: skip
+        report = train_value_model(
+            args.trajectories,
+            args.out,
+            base=args.base,
+            steps=args.steps,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            freeze_backbone=args.freeze_backbone,
+            threads=args.threads,
+            seed=args.seed,
+        )
     except (TrainError, LLMVenvError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    keys = ("model", "params", "steps", "examples", "prefixes", "loss_before", "loss_after",
-            "before", "after", "train_seconds", "seconds")  # fmt: skip
+    keys = (
+        "model",
+        "params",
+        "steps",
+        "examples",
+        "prefixes",
+        "loss_before",
+        "loss_after",
+        "before",
+        "after",
+        "train_seconds",
+        "seconds",
+    )
     print(json.dumps({"model_dir": str(args.out), **{k: report[k] for k in keys}}))
     return 0

@@ -217,18 +217,28 @@ def train(args: argparse.Namespace) -> int:
     load_seconds = time.monotonic() - started
     params = count_parameters(backbone) + count_parameters(head)
     n_prefixes = sum(len(e["positions"]) for e in examples)
-    emit("loaded", model=args.base, params=params, seconds=round(load_seconds, 2),
-         examples=len(examples), prefixes=n_prefixes, frozen_backbone=args.freeze_backbone)  # fmt: skip
-    log(f"value model on {args.base}: {params:,} parameters; {len(examples)} trajectories, "
-        f"{n_prefixes} prefixes; backbone {'frozen' if args.freeze_backbone else 'trained'}")  # fmt: skip
+    emit(
+        "loaded",
+        model=args.base,
+        params=params,
+        seconds=round(load_seconds, 2),
+        examples=len(examples),
+        prefixes=n_prefixes,
+        frozen_backbone=args.freeze_backbone,
+    )
+    log(
+        f"value model on {args.base}: {params:,} parameters; {len(examples)} trajectories, "
+        f"{n_prefixes} prefixes; backbone {'frozen' if args.freeze_backbone else 'trained'}"
+    )
 
     backbone.eval()  # no dropout in these models; eval also for the trained backbone's features
     for p in backbone.parameters():
         p.requires_grad_(not args.freeze_backbone)
     started = time.monotonic()
     with torch.no_grad():  # the initial features: the loss before (and the frozen features)
-        initial = model.features([(e["input_ids"], e["positions"]) for e in examples],
-                                 args.batch_size)  # fmt: skip
+        initial = model.features(
+            [(e["input_ids"], e["positions"]) for e in examples], args.batch_size
+        )
     emit("features", prefixes=n_prefixes, seconds=round(time.monotonic() - started, 2))
     cached = None
     if args.freeze_backbone:  # it runs only that once: every step and evaluation reuses it
@@ -236,8 +246,9 @@ def train(args: argparse.Namespace) -> int:
         cached = initial
     before = _evaluate(model, examples, args.batch_size, initial)
     emit("loss_before", **before)
-    optimizer = torch.optim.AdamW(model.parameters(backbone=not args.freeze_backbone),
-                                  lr=args.lr, weight_decay=0.0)  # fmt: skip
+    optimizer = torch.optim.AdamW(
+        model.parameters(backbone=not args.freeze_backbone), lr=args.lr, weight_decay=0.0
+    )
     rng = random.Random(args.seed)
     order: list[int] = []
     losses: list[float] = []
@@ -252,19 +263,27 @@ def train(args: argparse.Namespace) -> int:
         if cached is not None:
             feats = [cached[i] for i in picked]
         else:
-            feats = model.features([(examples[i]["input_ids"], examples[i]["positions"])
-                                    for i in picked], args.batch_size)  # fmt: skip
+            feats = model.features(
+                [(examples[i]["input_ids"], examples[i]["positions"]) for i in picked],
+                args.batch_size,
+            )
         logits = torch.cat([model.logits(f) for f in feats])
-        labels = torch.tensor([float(examples[i]["label"]) for i in picked
-                               for _ in examples[i]["positions"]])  # fmt: skip
+        labels = torch.tensor(
+            [float(examples[i]["label"]) for i in picked for _ in examples[i]["positions"]]
+        )
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(backbone=not args.freeze_backbone), 1.0)
         optimizer.step()
         losses.append(float(loss))
-        emit("step", step=step, loss=float(loss), prefixes=int(labels.numel()),
-             seconds=round(time.monotonic() - started, 2))  # fmt: skip
+        emit(
+            "step",
+            step=step,
+            loss=float(loss),
+            prefixes=int(labels.numel()),
+            seconds=round(time.monotonic() - started, 2),
+        )
     train_seconds = time.monotonic() - started
     after = _evaluate(model, examples, args.batch_size, cached)
 
@@ -276,21 +295,36 @@ def train(args: argparse.Namespace) -> int:
         backbone.save_pretrained(str(args.out / "backbone"))
         backbone_ref = {"kind": "saved", "dir": "backbone"}
     meta = {
-        "format": FORMAT, "base": args.base, "hidden_size": int(lm.config.hidden_size),
-        "max_length": args.max_length, "backbone": backbone_ref,
-        "frozen_backbone": args.freeze_backbone, "tokenizer": args.tokenizer_name,
+        "format": FORMAT,
+        "base": args.base,
+        "hidden_size": int(lm.config.hidden_size),
+        "max_length": args.max_length,
+        "backbone": backbone_ref,
+        "frozen_backbone": args.freeze_backbone,
+        "tokenizer": args.tokenizer_name,
         "labels": "1 = the trajectory was resolved, for every prefix",
-    }  # fmt: skip
+    }
     (args.out / "value_model.json").write_text(json.dumps(meta, indent=2) + "\n")
     report = {
-        "model": args.base, "params": params, "steps": args.steps, "losses": losses,
-        "loss_before": before["loss"], "loss_after": after["loss"], "before": before,
-        "after": after, "examples": len(examples), "prefixes": n_prefixes,
-        "batch_size": args.batch_size, "learning_rate": args.lr,
-        "frozen_backbone": args.freeze_backbone, "train_seconds": round(train_seconds, 2),
-        "load_seconds": round(load_seconds, 2), "seconds": round(time.monotonic() - begun, 2),
-        "threads": torch.get_num_threads(), "model_dir": str(args.out),
-    }  # fmt: skip
+        "model": args.base,
+        "params": params,
+        "steps": args.steps,
+        "losses": losses,
+        "loss_before": before["loss"],
+        "loss_after": after["loss"],
+        "before": before,
+        "after": after,
+        "examples": len(examples),
+        "prefixes": n_prefixes,
+        "batch_size": args.batch_size,
+        "learning_rate": args.lr,
+        "frozen_backbone": args.freeze_backbone,
+        "train_seconds": round(train_seconds, 2),
+        "load_seconds": round(load_seconds, 2),
+        "seconds": round(time.monotonic() - begun, 2),
+        "threads": torch.get_num_threads(),
+        "model_dir": str(args.out),
+    }
     if not all(math.isfinite(x) for x in [*losses, after["loss"]]):
         report["error"] = "non-finite loss"
     (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -351,8 +385,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     t.add_argument("--data", type=Path, required=True, help="examples JSONL")
     t.add_argument("--base", choices=MODEL_KINDS, default="random-tiny")
     t.add_argument("--tokenizer", required=True, help="tokenizer directory (SmolLM2's)")
-    t.add_argument("--tokenizer-name", default="smollm2",
-                   help="recorded in value_model.json for the workspace side")  # fmt: skip
+    t.add_argument(
+        "--tokenizer-name",
+        default="smollm2",
+        help="recorded in value_model.json for the workspace side",
+    )
     t.add_argument("--gguf", default=None)
     t.add_argument("--steps", type=int, default=50)
     t.add_argument("--out", type=Path, required=True)
@@ -360,8 +397,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     t.add_argument("--lr", type=float, default=None)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--max-length", type=int, default=DEFAULT_MAX_LENGTH)
-    t.add_argument("--freeze-backbone", action=argparse.BooleanOptionalAction, default=None,
-                   help="train only the head (default: yes for smollm2, no for random-tiny)")  # fmt: skip
+    t.add_argument(
+        "--freeze-backbone",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="train only the head (default: yes for smollm2, no for random-tiny)",
+    )
     s = sub.add_parser("serve")
     s.add_argument("--model-dir", type=Path, required=True)
     s.add_argument("--batch-size", type=int, default=8, help="windows per forward")

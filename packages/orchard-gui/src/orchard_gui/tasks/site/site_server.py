@@ -295,8 +295,11 @@ class Sites:
             with self.state.lock:
                 cart = dict(self.state.cart)
             if not cart:
-                return done("Cart", "<h1>Your cart</h1><p>Your cart is empty.</p>"
-                            "<p><a href='/sites/shop/'>Continue shopping</a></p>")  # fmt: skip
+                return done(
+                    "Cart",
+                    "<h1>Your cart</h1><p>Your cart is empty.</p>"
+                    "<p><a href='/sites/shop/'>Continue shopping</a></p>",
+                )
             rows = "".join(
                 f"<tr><td>{esc(self.products[sku]['name'])}</td><td>{qty}</td>"
                 f"<td>{money(qty * self.products[sku]['price_cents'])}</td><td>"
