@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
@@ -96,6 +97,34 @@ class ActionFailed(Exception):
     """A well-formed action that could not be carried out: ``ok: false``."""
 
 
+def _argument_problem(name: str, value: Any) -> str | None:
+    """What is wrong with one action argument's type, or None."""
+    if name in NUMBERS:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return "must be a number"
+        if not math.isfinite(value) or value < 0:
+            return "must be a finite non-negative number"
+    elif name in STRINGS and not isinstance(value, str):
+        return "must be a string"
+    elif name in ("double", "submit") and not isinstance(value, bool):
+        return "must be a boolean"
+    elif name == "index" and (isinstance(value, bool) or not isinstance(value, int)):
+        return "must be an integer"
+    elif name == "keys" and (
+        not isinstance(value, list) or not value or not all(isinstance(k, str) and k for k in value)
+    ):
+        return "must be a non-empty list of key names"
+    return None
+
+
+def _check_argument(kind: str, name: str, value: Any) -> None:
+    problem = _argument_problem(name, value)
+    if problem is not None:
+        raise BadRequest(f"{kind}: {name!r} {problem}")
+    if name in CHOICES and value not in CHOICES[name]:
+        raise BadRequest(f"{kind}: {name!r} must be one of {list(CHOICES[name])}")
+
+
 def validate_action(action: Any) -> dict[str, Any]:
     """The checks the server needs (the host validates fully before sending)."""
     if not isinstance(action, dict):
@@ -111,27 +140,8 @@ def validate_action(action: Any) -> dict[str, Any]:
         if action.get(name) is None:
             raise BadRequest(f"{kind}: missing required argument {name!r}")
     for name, value in action.items():
-        if name == "action" or value is None:
-            continue
-        if name in NUMBERS:
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise BadRequest(f"{kind}: {name!r} must be a number")
-            if not math.isfinite(value) or value < 0:
-                raise BadRequest(f"{kind}: {name!r} must be a finite non-negative number")
-        elif name in STRINGS and not isinstance(value, str):
-            raise BadRequest(f"{kind}: {name!r} must be a string")
-        elif name in ("double", "submit") and not isinstance(value, bool):
-            raise BadRequest(f"{kind}: {name!r} must be a boolean")
-        elif name == "index" and (isinstance(value, bool) or not isinstance(value, int)):
-            raise BadRequest(f"{kind}: 'index' must be an integer")
-        elif name == "keys" and (
-            not isinstance(value, list)
-            or not value
-            or not all(isinstance(k, str) and k for k in value)
-        ):
-            raise BadRequest(f"{kind}: 'keys' must be a non-empty list of key names")
-        if name in CHOICES and value not in CHOICES[name]:
-            raise BadRequest(f"{kind}: {name!r} must be one of {list(CHOICES[name])}")
+        if name != "action" and value is not None:
+            _check_argument(kind, name, value)
     return action
 
 
@@ -334,83 +344,94 @@ class BrowserEnv:
         self.settle()
 
     def step(self, action: dict[str, Any]) -> None:
+        """Carry out one validated action on the active tab (ActionFailed if it cannot)."""
         kind = action["action"]
-        page = self.page
-        mouse, keyboard = page.mouse, page.keyboard
-        if kind == "click":
-            self._click(page, action)
-        elif kind == "type":
-            if action["text"]:
-                keyboard.type(action["text"])
-            if action.get("submit"):
-                keyboard.press("Enter")
-        elif kind == "press_keys":
-            self._chord(page, action["keys"])
-        elif kind == "scroll":
-            amount = action.get("amount") or 400
-            if action.get("x") is not None and action.get("y") is not None:
-                mouse.move(action["x"], action["y"])
-            else:
-                mouse.move(self.width / 2, self.height / 2)
-            dx, dy = {
-                "up": (0, -amount),
-                "down": (0, amount),
-                "left": (-amount, 0),
-                "right": (amount, 0),
-            }[action["direction"]]
-            mouse.wheel(dx, dy)
-        elif kind == "wait":
-            seconds = action.get("seconds")
-            page.wait_for_timeout(1000 * min(30.0, 1.0 if seconds is None else seconds))
-        elif kind == "goto_url":
-            self._goto(page, action["url"])
-        elif kind == "go_back":
-            before = page.url
-            try:
-                response = page.go_back(wait_until="load")
-            except PlaywrightError as exc:
-                raise ActionFailed(f"go_back failed: {first_line(exc)}") from None
-            if page.url == "about:blank" and before != "about:blank":
-                # the tab's initial blank page is no page to return to: stay where we were
-                with contextlib.suppress(PlaywrightError):
-                    page.go_forward(wait_until="load")
-                raise ActionFailed("go_back: there is no previous page in this tab's history")
-            if response is None and page.url == before:
-                raise ActionFailed("go_back: there is no previous page in this tab's history")
-        elif kind == "drag":
-            mouse.move(action["x"], action["y"])
-            mouse.down()
-            mouse.move(action["x2"], action["y2"], steps=12)
-            mouse.up()
-        elif kind == "hover":
-            mouse.move(action["x"], action["y"])
-        elif kind == "new_tab":
-            page = self.context.new_page()
-            self._track(page)
-            if action.get("url"):
-                self._goto(page, action["url"])
-        elif kind == "switch_tab":
-            index = action["index"]
-            if not 0 <= index < len(self.pages):
-                raise ActionFailed(
-                    f"switch_tab: no tab {index} (open tabs: 0..{len(self.pages) - 1})"
-                )
-            self.active = index
-            self.pages[index].bring_to_front()
-        elif kind == "close_tab":
-            index = self.active if action.get("index") is None else action["index"]
-            if not 0 <= index < len(self.pages):
-                raise ActionFailed(
-                    f"close_tab: no tab {index} (open tabs: 0..{len(self.pages) - 1})"
-                )
-            if len(self.pages) == 1:
-                raise ActionFailed("close_tab: this is the only tab; it cannot be closed")
-            self.pages[index].close()  # _on_close updates pages and active
-            self.page.bring_to_front()
-        elif kind == "done":
-            pass
-        else:  # validate_action lets only known kinds through
+        handler = getattr(self, f"_act_{kind}", None)
+        if handler is None:  # validate_action lets only known kinds through
             raise BadRequest(f"unknown action {kind!r}")
+        handler(self.page, action)
+
+    def _act_click(self, page: Page, action: dict[str, Any]) -> None:
+        self._click(page, action)
+
+    def _act_type(self, page: Page, action: dict[str, Any]) -> None:
+        if action["text"]:
+            page.keyboard.type(action["text"])
+        if action.get("submit"):
+            page.keyboard.press("Enter")
+
+    def _act_press_keys(self, page: Page, action: dict[str, Any]) -> None:
+        self._chord(page, action["keys"])
+
+    def _act_scroll(self, page: Page, action: dict[str, Any]) -> None:
+        amount = action.get("amount") or 400
+        if action.get("x") is not None and action.get("y") is not None:
+            page.mouse.move(action["x"], action["y"])
+        else:
+            page.mouse.move(self.width / 2, self.height / 2)
+        dx, dy = {
+            "up": (0, -amount),
+            "down": (0, amount),
+            "left": (-amount, 0),
+            "right": (amount, 0),
+        }[action["direction"]]
+        page.mouse.wheel(dx, dy)
+
+    def _act_wait(self, page: Page, action: dict[str, Any]) -> None:
+        seconds = action.get("seconds")
+        page.wait_for_timeout(1000 * min(30.0, 1.0 if seconds is None else seconds))
+
+    def _act_goto_url(self, page: Page, action: dict[str, Any]) -> None:
+        self._goto(page, action["url"])
+
+    def _act_go_back(self, page: Page, action: dict[str, Any]) -> None:
+        before = page.url
+        try:
+            response = page.go_back(wait_until="load")
+        except PlaywrightError as exc:
+            raise ActionFailed(f"go_back failed: {first_line(exc)}") from None
+        if page.url == "about:blank" and before != "about:blank":
+            # the tab's initial blank page is no page to return to: stay where we were
+            with contextlib.suppress(PlaywrightError):
+                page.go_forward(wait_until="load")
+            raise ActionFailed("go_back: there is no previous page in this tab's history")
+        if response is None and page.url == before:
+            raise ActionFailed("go_back: there is no previous page in this tab's history")
+
+    def _act_drag(self, page: Page, action: dict[str, Any]) -> None:
+        page.mouse.move(action["x"], action["y"])
+        page.mouse.down()
+        page.mouse.move(action["x2"], action["y2"], steps=12)
+        page.mouse.up()
+
+    def _act_hover(self, page: Page, action: dict[str, Any]) -> None:
+        page.mouse.move(action["x"], action["y"])
+
+    def _act_new_tab(self, page: Page, action: dict[str, Any]) -> None:
+        tab = self.context.new_page()
+        self._track(tab)
+        if action.get("url"):
+            self._goto(tab, action["url"])
+
+    def _tab_index(self, kind: str, index: int) -> int:
+        if not 0 <= index < len(self.pages):
+            raise ActionFailed(f"{kind}: no tab {index} (open tabs: 0..{len(self.pages) - 1})")
+        return index
+
+    def _act_switch_tab(self, page: Page, action: dict[str, Any]) -> None:
+        self.active = self._tab_index("switch_tab", action["index"])
+        self.pages[self.active].bring_to_front()
+
+    def _act_close_tab(self, page: Page, action: dict[str, Any]) -> None:
+        requested = self.active if action.get("index") is None else action["index"]
+        index = self._tab_index("close_tab", requested)
+        if len(self.pages) == 1:
+            raise ActionFailed("close_tab: this is the only tab; it cannot be closed")
+        self.pages[index].close()  # _on_close updates pages and active
+        self.page.bring_to_front()
+
+    def _act_done(self, page: Page, action: dict[str, Any]) -> None:
+        pass  # the answer travels in the step's result
 
     def _click(self, page: Page, action: dict[str, Any]) -> None:
         """A mouse click; on a link that opens a new window, wait for its tab to exist, so
@@ -597,127 +618,165 @@ class Worker:
                 future.set_exception(exc)
 
 
-def make_handler(
-    env: BrowserEnv, worker: Worker, server_ref: list[ThreadingHTTPServer], instance: str
-) -> type:
-    def observe(body: dict[str, Any]) -> dict[str, Any]:
-        marks = flag(body, "marks", True)
-        return env.observe(marks, flag(body, "axtree", False), flag(body, "som", marks))
+class _Routes:
+    """The POST routes: each takes the request's JSON body and returns the JSON answer."""
 
-    def do_reset(body: dict[str, Any]) -> dict[str, Any]:
+    def __init__(self, env: BrowserEnv) -> None:
+        self.env = env
+
+    def table(self) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
+        return {
+            "/reset": self.reset,
+            "/step": self.step,
+            "/observe": self.observe,
+            "/evaluate": self.evaluate,
+        }
+
+    def _observation(self, body: dict[str, Any]) -> dict[str, Any]:
+        marks = flag(body, "marks", True)
+        return self.env.observe(marks, flag(body, "axtree", False), flag(body, "som", marks))
+
+    def reset(self, body: dict[str, Any]) -> dict[str, Any]:
         url = body.get("url")
         if not isinstance(url, str) or not url:
             raise BadRequest("'url' must be a non-empty string")
-        env.reset(url)
-        return {"observation": observe(body)}
+        self.env.reset(url)
+        return {"observation": self._observation(body)}
 
-    def do_step(body: dict[str, Any]) -> dict[str, Any]:
+    def step(self, body: dict[str, Any]) -> dict[str, Any]:
         action = validate_action(body.get("action"))
         ok, error = True, None
         try:
-            env.step(action)
+            self.env.step(action)
         except ActionFailed as exc:
             ok, error = False, str(exc)
         except PlaywrightError as exc:
             ok, error = False, f"{action['action']}: {first_line(exc)}"
         if action["action"] not in ("wait", "done"):
-            env.settle()
+            self.env.settle()
         done = action["action"] == "done"
         return {
-            "observation": observe(body),
+            "observation": self._observation(body),
             "ok": ok,
             "error": error,
             "done": done,
             "answer": action.get("answer") if done else None,
         }
 
-    def do_observe(body: dict[str, Any]) -> dict[str, Any]:
-        return {"observation": observe(body)}
+    def observe(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {"observation": self._observation(body)}
 
-    def do_evaluate(body: dict[str, Any]) -> dict[str, Any]:
+    def evaluate(self, body: dict[str, Any]) -> dict[str, Any]:
         expression = body.get("expression")
         if not isinstance(expression, str) or not expression.strip():
             raise BadRequest("'expression' must be a non-empty string")
         try:
-            value = env.evaluate(expression)
+            value = self.env.evaluate(expression)
         except PlaywrightError as exc:
             raise BadRequest(f"evaluate: {first_line(exc)}") from None
         json.dumps(value)  # a value JSON cannot carry is a server error, said now
         return {"value": value}
 
-    routes = {
-        "/reset": do_reset,
-        "/step": do_step,
-        "/observe": do_observe,
-        "/evaluate": do_evaluate,
+
+class _Handler(BaseHTTPRequestHandler):
+    """The browser server's HTTP handler; :func:`make_handler` binds it to one browser."""
+
+    protocol_version = "HTTP/1.1"
+    env: BrowserEnv
+    worker: Worker
+    server_ref: list[ThreadingHTTPServer]
+    instance: str
+    routes: dict[str, Callable[[dict[str, Any]], dict[str, Any]]]
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # one line per request would flood the job's stderr
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0].rstrip("/") == "/health":
+            self._send(
+                200, {"ok": True, "browser_version": self.env.version, "instance": self.instance}
+            )
+        else:
+            self._send(404, {"error": f"no route GET {self.path}"})
+
+    def _body(self) -> dict[str, Any] | None:
+        """The host's JSON body, or None once a refusal has been sent."""
+        # Pages in this browser can POST to 127.0.0.1 too: only a request carrying this
+        # run's token as a custom header (which a page cannot send without a CORS
+        # preflight, never granted here) and a JSON body is the host's.
+        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        if self.headers.get(TOKEN_HEADER) != self.instance or content_type != "application/json":
+            self._send(403, {"error": f"POST needs the {TOKEN_HEADER} header and a JSON body"})
+            return None
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                raise BadRequest(f"request body too large ({length} bytes)")
+            raw = self.rfile.read(length) if length else b""
+            body = json.loads(raw) if raw.strip() else {}
+            if not isinstance(body, dict):
+                raise BadRequest("the request body must be a JSON object")
+        except (ValueError, BadRequest) as exc:
+            self._send(400, {"error": f"bad request body: {exc}"})
+            return None
+        return body
+
+    def _call(
+        self, path: str, route: Callable[[dict[str, Any]], dict[str, Any]], body: dict[str, Any]
+    ) -> None:
+        try:
+            result = self.worker.submit(route, body)
+        except BadRequest as exc:
+            self._send(400, {"error": str(exc)})
+        except ActionFailed as exc:
+            self._send(422, {"error": str(exc)})
+        except concurrent.futures.TimeoutError:
+            self._send(
+                504, {"error": f"{path}: the browser did not answer in {REQUEST_TIMEOUT_S:g} s"}
+            )
+        except Exception as exc:
+            traceback.print_exc()
+            self._send(500, {"error": f"{path}: {type(exc).__name__}: {first_line(exc)}"})
+        else:
+            self._send(200, result)
+
+    def do_POST(self) -> None:
+        path = self.path.split("?")[0].rstrip("/")
+        body = self._body()
+        if body is None:
+            return
+        if path == "/close":
+            self._send(200, {"ok": True})
+            self.worker.stop()
+            threading.Thread(target=self.server_ref[0].shutdown, daemon=True).start()
+            return
+        route = self.routes.get(path)
+        if route is None:
+            self._send(404, {"error": f"no route POST {self.path}"})
+            return
+        self._call(path, route, body)
+
+
+def make_handler(
+    env: BrowserEnv, worker: Worker, server_ref: list[ThreadingHTTPServer], instance: str
+) -> type:
+    """The handler class of one browser server (its browser, worker thread and token)."""
+    bound = {
+        "env": env,
+        "worker": worker,
+        "server_ref": server_ref,
+        "instance": instance,
+        "routes": _Routes(env).table(),
     }
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # one line per request would flood the job's stderr
-
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:
-            if self.path.split("?")[0].rstrip("/") == "/health":
-                self._send(200, {"ok": True, "browser_version": env.version, "instance": instance})
-            else:
-                self._send(404, {"error": f"no route GET {self.path}"})
-
-        def do_POST(self) -> None:
-            path = self.path.split("?")[0].rstrip("/")
-            # Pages in this browser can POST to 127.0.0.1 too: only a request carrying this
-            # run's token as a custom header (which a page cannot send without a CORS
-            # preflight, never granted here) and a JSON body is the host's.
-            content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
-            if self.headers.get(TOKEN_HEADER) != instance or content_type != "application/json":
-                self._send(403, {"error": f"POST needs the {TOKEN_HEADER} header and a JSON body"})
-                return
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > MAX_BODY:
-                    raise BadRequest(f"request body too large ({length} bytes)")
-                raw = self.rfile.read(length) if length else b""
-                body = json.loads(raw) if raw.strip() else {}
-                if not isinstance(body, dict):
-                    raise BadRequest("the request body must be a JSON object")
-            except (ValueError, BadRequest) as exc:
-                self._send(400, {"error": f"bad request body: {exc}"})
-                return
-            if path == "/close":
-                self._send(200, {"ok": True})
-                worker.stop()
-                threading.Thread(target=server_ref[0].shutdown, daemon=True).start()
-                return
-            route = routes.get(path)
-            if route is None:
-                self._send(404, {"error": f"no route POST {self.path}"})
-                return
-            try:
-                result = worker.submit(route, body)
-            except BadRequest as exc:
-                self._send(400, {"error": str(exc)})
-            except ActionFailed as exc:
-                self._send(422, {"error": str(exc)})
-            except concurrent.futures.TimeoutError:
-                self._send(
-                    504, {"error": f"{path}: the browser did not answer in {REQUEST_TIMEOUT_S:g} s"}
-                )
-            except Exception as exc:
-                traceback.print_exc()
-                self._send(500, {"error": f"{path}: {type(exc).__name__}: {first_line(exc)}"})
-            else:
-                self._send(200, result)
-
-    return Handler
+    return type("Handler", (_Handler,), bound)
 
 
 def flag(body: dict[str, Any], name: str, default: bool) -> bool:

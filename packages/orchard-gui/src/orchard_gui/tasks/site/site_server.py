@@ -28,6 +28,7 @@ import os
 import re
 import threading
 import urllib.parse
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -89,6 +90,10 @@ def page(title: str, site_title: str, nav: list[tuple[str, str]], body: str) -> 
 
 def money(cents: int) -> str:
     return f"${cents // 100}.{cents % 100:02d}"
+
+
+_Done = Callable[[str, str], tuple[int, str]]
+"""A shop page's renderer: (heading, body HTML) -> (status, page)."""
 
 
 class Sites:
@@ -248,145 +253,170 @@ class Sites:
     def shop(
         self, method: str, path: str, query: dict[str, str], form: dict[str, str]
     ) -> tuple[int, str] | str:
-        s = self.data["shop"]
         with self.state.lock:
             count = sum(self.state.cart.values())
         nav = [("Catalogue", "/sites/shop/"), (f"Cart ({count})", "/sites/shop/cart")]
+        title = self.data["shop"]["title"]
 
-        def done(title: str, body: str) -> tuple[int, str]:
-            return 200, page(f"{title} - {s['title']}", s["title"], nav, body)
+        def done(heading: str, body: str) -> tuple[int, str]:
+            return 200, page(f"{heading} - {title}", title, nav, body)
 
+        product = re.fullmatch(r"/product/([a-z0-9-]+)", path)
+        order = re.fullmatch(r"/order/(\d+)", path)
+        answer: tuple[int, str] | str | None = None
         if method == "GET" and path in ("", "/"):
-            items = "".join(
-                f"<li><a href='/sites/shop/product/{esc(p['sku'])}'>{esc(p['name'])}</a>"
-                f" &mdash; {money(p['price_cents'])}</li>"
-                for p in s["products"]
-            )
-            return done("Catalogue", f"<h1>Catalogue</h1><ul class='products'>{items}</ul>")
-        match = re.fullmatch(r"/product/([a-z0-9-]+)", path)
-        if method == "GET" and match and match.group(1) in self.products:
-            p = self.products[match.group(1)]
-            body = (
-                f"<h1>{esc(p['name'])}</h1><p>{esc(p['description'])}</p>"
-                f"<p>Price: <strong>{money(p['price_cents'])}</strong></p>"
-                "<form action='/sites/shop/cart/add' method='post'>"
-                f"<input type='hidden' name='sku' value='{esc(p['sku'])}'>"
-                "<div class='field'><label for='qty'>Quantity</label> "
-                "<input type='number' id='qty' name='qty' value='1' min='1' max='20' style='width:80px'></div>"
-                "<button type='submit'>Add to cart</button></form>"
-            )
-            return done(p["name"], body)
-        if method == "POST" and path == "/cart/add":
-            sku = form.get("sku", "")
-            try:
-                qty = int(form.get("qty", "1").strip() or "1")
-            except ValueError:
-                qty = 0
-            if sku not in self.products or not 1 <= qty <= 20:
-                return done("Error", "<p role='alert' class='error'>Invalid quantity.</p>")
-            with self.state.lock:
-                self.state.cart[sku] = self.state.cart.get(sku, 0) + qty
-            return "/sites/shop/cart"
-        if method == "POST" and path == "/cart/remove":
+            answer = self._shop_catalogue(done)
+        elif method == "GET" and product and product.group(1) in self.products:
+            answer = self._shop_product(done, self.products[product.group(1)])
+        elif method == "POST" and path == "/cart/add":
+            answer = self._shop_cart_add(done, form)
+        elif method == "POST" and path == "/cart/remove":
             with self.state.lock:
                 self.state.cart.pop(form.get("sku", ""), None)
-            return "/sites/shop/cart"
-        if method == "GET" and path == "/cart":
-            with self.state.lock:
-                cart = dict(self.state.cart)
-            if not cart:
-                return done(
-                    "Cart",
-                    "<h1>Your cart</h1><p>Your cart is empty.</p>"
-                    "<p><a href='/sites/shop/'>Continue shopping</a></p>",
-                )
-            rows = "".join(
-                f"<tr><td>{esc(self.products[sku]['name'])}</td><td>{qty}</td>"
-                f"<td>{money(qty * self.products[sku]['price_cents'])}</td><td>"
-                "<form action='/sites/shop/cart/remove' method='post' style='margin:0'>"
-                f"<input type='hidden' name='sku' value='{esc(sku)}'>"
-                f"<button type='submit' aria-label='Remove {esc(self.products[sku]['name'])}'>Remove</button>"
-                "</form></td></tr>"
-                for sku, qty in cart.items()
+            answer = "/sites/shop/cart"
+        elif method == "GET" and path == "/cart":
+            answer = self._shop_cart(done)
+        elif path == "/checkout" and method in ("GET", "POST"):
+            answer = self._shop_checkout(done, method, form)
+        elif method == "GET" and order:
+            answer = self._shop_order(done, int(order.group(1)))
+        if answer is None:
+            return 404, page("Not found", title, nav, "<h1>Page not found</h1>")
+        return answer
+
+    def _shop_catalogue(self, done: _Done) -> tuple[int, str]:
+        items = "".join(
+            f"<li><a href='/sites/shop/product/{esc(p['sku'])}'>{esc(p['name'])}</a>"
+            f" &mdash; {money(p['price_cents'])}</li>"
+            for p in self.data["shop"]["products"]
+        )
+        return done("Catalogue", f"<h1>Catalogue</h1><ul class='products'>{items}</ul>")
+
+    def _shop_product(self, done: _Done, p: dict[str, Any]) -> tuple[int, str]:
+        body = (
+            f"<h1>{esc(p['name'])}</h1><p>{esc(p['description'])}</p>"
+            f"<p>Price: <strong>{money(p['price_cents'])}</strong></p>"
+            "<form action='/sites/shop/cart/add' method='post'>"
+            f"<input type='hidden' name='sku' value='{esc(p['sku'])}'>"
+            "<div class='field'><label for='qty'>Quantity</label> "
+            "<input type='number' id='qty' name='qty' value='1' min='1' max='20' style='width:80px'></div>"
+            "<button type='submit'>Add to cart</button></form>"
+        )
+        return done(p["name"], body)
+
+    def _shop_cart_add(self, done: _Done, form: dict[str, str]) -> tuple[int, str] | str:
+        sku = form.get("sku", "")
+        try:
+            qty = int(form.get("qty", "1").strip() or "1")
+        except ValueError:
+            qty = 0
+        if sku not in self.products or not 1 <= qty <= 20:
+            return done("Error", "<p role='alert' class='error'>Invalid quantity.</p>")
+        with self.state.lock:
+            self.state.cart[sku] = self.state.cart.get(sku, 0) + qty
+        return "/sites/shop/cart"
+
+    def _shop_cart(self, done: _Done) -> tuple[int, str]:
+        with self.state.lock:
+            cart = dict(self.state.cart)
+        if not cart:
+            return done(
+                "Cart",
+                "<h1>Your cart</h1><p>Your cart is empty.</p>"
+                "<p><a href='/sites/shop/'>Continue shopping</a></p>",
             )
+        rows = "".join(
+            f"<tr><td>{esc(self.products[sku]['name'])}</td><td>{qty}</td>"
+            f"<td>{money(qty * self.products[sku]['price_cents'])}</td><td>"
+            "<form action='/sites/shop/cart/remove' method='post' style='margin:0'>"
+            f"<input type='hidden' name='sku' value='{esc(sku)}'>"
+            f"<button type='submit' aria-label='Remove {esc(self.products[sku]['name'])}'>Remove</button>"
+            "</form></td></tr>"
+            for sku, qty in cart.items()
+        )
+        total = sum(q * self.products[k]["price_cents"] for k, q in cart.items())
+        body = (
+            "<h1>Your cart</h1><table class='facts'><tr><th>Item</th><th>Quantity</th>"
+            f"<th>Price</th><th></th></tr>{rows}</table><p>Total: <strong>{money(total)}</strong></p>"
+            "<p><a href='/sites/shop/'>Continue shopping</a> &nbsp; "
+            "<a href='/sites/shop/checkout'>Proceed to checkout</a></p>"
+        )
+        return done("Cart", body)
+
+    @staticmethod
+    def _checkout_errors(values: dict[str, str]) -> list[str]:
+        errors: list[str] = []
+        if not values["name"]:
+            errors.append("Name is required.")
+        if not values["address"]:
+            errors.append("Street address is required.")
+        if not values["city"]:
+            errors.append("City is required.")
+        if values["shipping"] not in ("Standard", "Express"):
+            errors.append("Choose a shipping method.")
+        return errors
+
+    def _shop_checkout(
+        self, done: _Done, method: str, form: dict[str, str]
+    ) -> tuple[int, str] | str:
+        with self.state.lock:
+            cart = dict(self.state.cart)
+        if not cart:
+            return done("Checkout", "<h1>Checkout</h1><p>Your cart is empty.</p>")
+        values = {k: form.get(k, "").strip() for k in ("name", "address", "city", "shipping")}
+        errors = self._checkout_errors(values) if method == "POST" else []
+        if method == "POST" and not errors:
             total = sum(q * self.products[k]["price_cents"] for k, q in cart.items())
-            body = (
-                "<h1>Your cart</h1><table class='facts'><tr><th>Item</th><th>Quantity</th>"
-                f"<th>Price</th><th></th></tr>{rows}</table><p>Total: <strong>{money(total)}</strong></p>"
-                "<p><a href='/sites/shop/'>Continue shopping</a> &nbsp; "
-                "<a href='/sites/shop/checkout'>Proceed to checkout</a></p>"
-            )
-            return done("Cart", body)
-        if path == "/checkout" and method in ("GET", "POST"):
+            order = {"items": cart, **values, "total_cents": total}
             with self.state.lock:
-                cart = dict(self.state.cart)
-            if not cart:
-                return done("Checkout", "<h1>Checkout</h1><p>Your cart is empty.</p>")
-            values = {k: form.get(k, "").strip() for k in ("name", "address", "city", "shipping")}
-            errors: list[str] = []
-            if method == "POST":
-                if not values["name"]:
-                    errors.append("Name is required.")
-                if not values["address"]:
-                    errors.append("Street address is required.")
-                if not values["city"]:
-                    errors.append("City is required.")
-                if values["shipping"] not in ("Standard", "Express"):
-                    errors.append("Choose a shipping method.")
-                if not errors:
-                    total = sum(q * self.products[k]["price_cents"] for k, q in cart.items())
-                    order = {"items": cart, **values, "total_cents": total}
-                    with self.state.lock:
-                        self.state.orders.append(order)
-                        self.state.cart = {}
-                        number = len(self.state.orders)
-                    return f"/sites/shop/order/{number}"
-            error_html = (
-                "<div role='alert' class='error'><ul>"
-                + "".join(f"<li>{esc(e)}</li>" for e in errors)
-                + "</ul></div>"
-                if errors
-                else ""
+                self.state.orders.append(order)
+                self.state.cart = {}
+                number = len(self.state.orders)
+            return f"/sites/shop/order/{number}"
+        error_html = (
+            "<div role='alert' class='error'><ul>"
+            + "".join(f"<li>{esc(e)}</li>" for e in errors)
+            + "</ul></div>"
+            if errors
+            else ""
+        )
+
+        def field(name: str, label: str) -> str:
+            return (
+                f"<div class='field'><label for='{name}'>{label}</label><br>"
+                f"<input type='text' id='{name}' name='{name}' value='{esc(values[name])}'></div>"
             )
 
-            def field(name: str, label: str) -> str:
-                return (
-                    f"<div class='field'><label for='{name}'>{label}</label><br>"
-                    f"<input type='text' id='{name}' name='{name}' value='{esc(values[name])}'></div>"
-                )
+        ship = "".join(
+            f"<label><input type='radio' name='shipping' value='{o}'"
+            f"{' checked' if values['shipping'] == o else ''}> {o} shipping</label> "
+            for o in ("Standard", "Express")
+        )
+        body = (
+            f"<h1>Checkout</h1>{error_html}<form action='/sites/shop/checkout' method='post'>"
+            + field("name", "Full name")
+            + field("address", "Street address")
+            + field("city", "City")
+            + f"<fieldset class='field'><legend>Shipping</legend>{ship}</fieldset>"
+            "<button type='submit'>Place order</button></form>"
+        )
+        return done("Checkout", body)
 
-            ship = "".join(
-                f"<label><input type='radio' name='shipping' value='{o}'"
-                f"{' checked' if values['shipping'] == o else ''}> {o} shipping</label> "
-                for o in ("Standard", "Express")
-            )
-            body = (
-                f"<h1>Checkout</h1>{error_html}<form action='/sites/shop/checkout' method='post'>"
-                + field("name", "Full name")
-                + field("address", "Street address")
-                + field("city", "City")
-                + f"<fieldset class='field'><legend>Shipping</legend>{ship}</fieldset>"
-                "<button type='submit'>Place order</button></form>"
-            )
-            return done("Checkout", body)
-        match = re.fullmatch(r"/order/(\d+)", path)
-        if method == "GET" and match:
-            with self.state.lock:
-                orders = list(self.state.orders)
-            n = int(match.group(1))
-            if 1 <= n <= len(orders):
-                o = orders[n - 1]
-                lines = "".join(
-                    f"<li>{q} &times; {esc(self.products[k]['name'])}</li>"
-                    for k, q in o["items"].items()
-                )
-                body = (
-                    f"<h1>Order placed</h1><p>Order number <strong>GH-{n:04d}</strong>, "
-                    f"total {money(o['total_cents'])}, {esc(o['shipping'])} shipping to "
-                    f"{esc(o['name'])}, {esc(o['address'])}, {esc(o['city'])}.</p><ul>{lines}</ul>"
-                )
-                return done("Order placed", body)
-        return 404, page("Not found", s["title"], nav, "<h1>Page not found</h1>")
+    def _shop_order(self, done: _Done, n: int) -> tuple[int, str] | None:
+        with self.state.lock:
+            orders = list(self.state.orders)
+        if not 1 <= n <= len(orders):
+            return None
+        o = orders[n - 1]
+        lines = "".join(
+            f"<li>{q} &times; {esc(self.products[k]['name'])}</li>" for k, q in o["items"].items()
+        )
+        body = (
+            f"<h1>Order placed</h1><p>Order number <strong>GH-{n:04d}</strong>, "
+            f"total {money(o['total_cents'])}, {esc(o['shipping'])} shipping to "
+            f"{esc(o['name'])}, {esc(o['address'])}, {esc(o['city'])}.</p><ul>{lines}</ul>"
+        )
+        return done("Order placed", body)
 
     def index(self) -> str:
         body = (
@@ -400,106 +430,123 @@ class Sites:
         return page("Offline sites", "Offline sites", [], body)
 
 
+class _Handler(BaseHTTPRequestHandler):
+    """The site server's HTTP handler; :func:`make_handler` binds it to its sites."""
+
+    protocol_version = "HTTP/1.1"
+    miniwob_root: str
+    sites: Sites
+    state: State
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(
+        self, status: int, body: bytes, ctype: str, extra: dict[str, str] | None = None
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, payload: Any) -> None:
+        self._send(status, json.dumps(payload).encode(), "application/json")
+
+    def _html(self, status: int, text: str) -> None:
+        self._send(status, text.encode("utf-8"), "text/html; charset=utf-8")
+
+    def _static(self, rel: str) -> None:
+        root = self.miniwob_root
+        target = os.path.realpath(os.path.join(root, rel))
+        if os.path.isdir(target):
+            names = sorted(os.listdir(target))
+            links = "".join(f"<li><a href='{esc(n)}'>{esc(n)}</a></li>" for n in names)
+            self._html(200, f"<html><body><ul>{links}</ul></body></html>")
+            return
+        if not target.startswith(root + os.sep) or not os.path.isfile(target):
+            self._html(404, "<h1>Not found</h1>")
+            return
+        ctype = mimetypes.guess_type(target)[0] or "application/octet-stream"
+        with open(target, "rb") as fh:
+            self._send(200, fh.read(), ctype)
+
+    def _control(self, method: str, path: str) -> bool:
+        """The server's own routes (health, state, reset, index); whether one answered."""
+        state = self.state
+        if path == "/__health":
+            self._json(200, {"ok": True})
+        elif path == "/__state" and method == "GET":
+            with state.lock:
+                self._json(200, state.to_dict())
+        elif path == "/__reset" and method == "POST":
+            with state.lock:
+                state.reset()
+            self._json(200, {"ok": True})
+        elif path in ("/", ""):
+            self._html(200, self.sites.index())
+        elif path.startswith("/miniwob/") and method == "GET":
+            self._static(path[len("/miniwob/") :])
+        else:
+            return False
+        return True
+
+    def _site(self, method: str, path: str, query: dict[str, str], form: dict[str, str]) -> None:
+        match = re.fullmatch(r"/sites/(gazetteer|garden|shop)(/.*)?", path)
+        if not match:
+            self._html(404, "<h1>Not found</h1>")
+            return
+        name, sub = match.group(1), match.group(2) or ""
+        if name == "gazetteer":
+            result: tuple[int, str] | str = (
+                self.sites.gazetteer(sub, query) if method == "GET" else (405, "")
+            )
+        elif name == "garden":
+            result = self.sites.garden(method, sub, query, form)
+        else:
+            result = self.sites.shop(method, sub, query, form)
+        if isinstance(result, str):  # POST/redirect/GET
+            self._send(303, b"", "text/plain", {"Location": result})
+        else:
+            self._html(*result)
+
+    def _route(self, method: str) -> None:
+        parsed = urllib.parse.urlsplit(self.path)
+        path = urllib.parse.unquote(parsed.path)
+        query = dict(urllib.parse.parse_qsl(parsed.query, keep_blank_values=True))
+        form: dict[str, str] = {}
+        if method == "POST":
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                self._json(413, {"error": "body too large"})
+                return
+            raw = self.rfile.read(length).decode("utf-8", "replace")
+            form = dict(urllib.parse.parse_qsl(raw, keep_blank_values=True))
+        if not self._control(method, path):
+            self._site(method, path, query, form)
+
+    def do_GET(self) -> None:
+        self._route("GET")
+
+    def do_HEAD(self) -> None:
+        self._route("GET")
+
+    def do_POST(self) -> None:
+        self._route("POST")
+
+
 def make_handler(root: str, sites: Sites, state: State) -> type[BaseHTTPRequestHandler]:
-    miniwob_root = os.path.realpath(os.path.join(root, "miniwob"))
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def _send(
-            self, status: int, body: bytes, ctype: str, extra: dict[str, str] | None = None
-        ) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            for k, v in (extra or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        def _json(self, status: int, payload: Any) -> None:
-            self._send(status, json.dumps(payload).encode(), "application/json")
-
-        def _html(self, status: int, text: str) -> None:
-            self._send(status, text.encode("utf-8"), "text/html; charset=utf-8")
-
-        def _static(self, rel: str) -> None:
-            target = os.path.realpath(os.path.join(miniwob_root, rel))
-            if os.path.isdir(target):
-                names = sorted(os.listdir(target))
-                links = "".join(f"<li><a href='{esc(n)}'>{esc(n)}</a></li>" for n in names)
-                self._html(200, f"<html><body><ul>{links}</ul></body></html>")
-                return
-            if not target.startswith(miniwob_root + os.sep) or not os.path.isfile(target):
-                self._html(404, "<h1>Not found</h1>")
-                return
-            ctype = mimetypes.guess_type(target)[0] or "application/octet-stream"
-            with open(target, "rb") as fh:
-                self._send(200, fh.read(), ctype)
-
-        def _route(self, method: str) -> None:
-            parsed = urllib.parse.urlsplit(self.path)
-            path = urllib.parse.unquote(parsed.path)
-            query = dict(urllib.parse.parse_qsl(parsed.query, keep_blank_values=True))
-            form: dict[str, str] = {}
-            if method == "POST":
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > MAX_BODY:
-                    self._json(413, {"error": "body too large"})
-                    return
-                raw = self.rfile.read(length).decode("utf-8", "replace")
-                form = dict(urllib.parse.parse_qsl(raw, keep_blank_values=True))
-            if path == "/__health":
-                self._json(200, {"ok": True})
-                return
-            if path == "/__state" and method == "GET":
-                with state.lock:
-                    self._json(200, state.to_dict())
-                return
-            if path == "/__reset" and method == "POST":
-                with state.lock:
-                    state.reset()
-                self._json(200, {"ok": True})
-                return
-            if path in ("/", ""):
-                self._html(200, sites.index())
-                return
-            if path.startswith("/miniwob/") and method == "GET":
-                self._static(path[len("/miniwob/") :])
-                return
-            match = re.fullmatch(r"/sites/(gazetteer|garden|shop)(/.*)?", path)
-            if not match:
-                self._html(404, "<h1>Not found</h1>")
-                return
-            name, sub = match.group(1), match.group(2) or ""
-            if name == "gazetteer":
-                result: tuple[int, str] | str = (
-                    sites.gazetteer(sub, query) if method == "GET" else (405, "")
-                )
-            elif name == "garden":
-                result = sites.garden(method, sub, query, form)
-            else:
-                result = sites.shop(method, sub, query, form)
-            if isinstance(result, str):  # POST/redirect/GET
-                self._send(303, b"", "text/plain", {"Location": result})
-            else:
-                self._html(*result)
-
-        def do_GET(self) -> None:
-            self._route("GET")
-
-        def do_HEAD(self) -> None:
-            self._route("GET")
-
-        def do_POST(self) -> None:
-            self._route("POST")
-
-    return Handler
+    """The handler class serving ``sites`` and the MiniWoB++ files under ``root``."""
+    bound = {
+        "miniwob_root": os.path.realpath(os.path.join(root, "miniwob")),
+        "sites": sites,
+        "state": state,
+    }
+    return type("Handler", (_Handler,), bound)
 
 
 def main(argv: list[str] | None = None) -> int:
