@@ -15,6 +15,7 @@ import signal
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import IO
 
 
 @dataclass
@@ -156,6 +157,99 @@ class Spawned:
             os.killpg(self.pid, signal.SIGKILL)
 
 
+class _OutputReaders:
+    """The child's stdout and stderr as non-blocking fds, read on the loop into callbacks."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        pipes: Sequence[tuple[IO[bytes], Callable[[bytes], None]]],
+    ) -> None:
+        self.loop = loop
+        self.readers: list[tuple[int, Callable[[bytes], None]]] = []
+        for pipe, cb in pipes:
+            fd = os.dup(pipe.fileno())
+            pipe.close()
+            os.set_blocking(fd, False)
+            self.readers.append((fd, cb))
+        self.open_fds = {fd for fd, _ in self.readers}
+        for fd, cb in self.readers:
+            loop.add_reader(fd, self.drain, fd, cb)
+
+    def close(self, fd: int) -> None:
+        if fd in self.open_fds:
+            self.open_fds.discard(fd)
+            self.loop.remove_reader(fd)
+            os.close(fd)
+
+    def drain(self, fd: int, cb: Callable[[bytes], None]) -> None:
+        while fd in self.open_fds:
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.close(fd)
+                return
+            cb(data)
+            if len(data) < 65536:
+                return
+
+    def read_to_end(self) -> None:
+        """After the exit: output written before it is already in the pipes, so read it
+        all now. Pipes still held open by background children are closed (their later
+        output is lost)."""
+        for fd, cb in self.readers:
+            while fd in self.open_fds:
+                try:
+                    data = os.read(fd, 65536)
+                except OSError:  # BlockingIOError included: nothing more right now
+                    data = b""
+                if data:
+                    cb(data)
+                else:
+                    self.close(fd)
+
+
+def _feed_stdin(
+    loop: asyncio.AbstractEventLoop,
+    pipe: IO[bytes],
+    stdin: bytes,
+    exited: asyncio.Future[ExitInfo],
+) -> None:
+    """Write ``stdin`` to the child without blocking the loop; closed when all is written,
+    the child closes its end, or it exits."""
+    wfd = os.dup(pipe.fileno())
+    pipe.close()
+    os.set_blocking(wfd, False)
+    pending = memoryview(stdin)
+    state = {"open": True}
+
+    def close_writer() -> None:
+        if state["open"]:
+            state["open"] = False
+            loop.remove_writer(wfd)
+            os.close(wfd)
+
+    def pump() -> None:
+        nonlocal pending
+        try:
+            while pending:
+                n = os.write(wfd, pending)
+                pending = pending[n:]
+        except BlockingIOError:
+            return
+        except OSError:  # EPIPE: the child closed its stdin
+            pass
+        close_writer()
+
+    loop.add_writer(wfd, pump)
+    pump()
+    exited.add_done_callback(lambda _: close_writer())
+
+
 def spawn(
     argv: Sequence[str],
     *,
@@ -186,82 +280,14 @@ def spawn(
     exited: asyncio.Future[ExitInfo] = loop.create_future()
     proc = Spawned(popen.pid, popen, exited)
     assert popen.stdout is not None and popen.stderr is not None
-    readers: list[tuple[int, Callable[[bytes], None]]] = []
-    for pipe, cb in ((popen.stdout, on_stdout), (popen.stderr, on_stderr)):
-        fd = os.dup(pipe.fileno())
-        pipe.close()
-        os.set_blocking(fd, False)
-        readers.append((fd, cb))
-    open_fds = {fd for fd, _ in readers}
-
-    def close_reader(fd: int) -> None:
-        if fd in open_fds:
-            open_fds.discard(fd)
-            loop.remove_reader(fd)
-            os.close(fd)
-
-    def drain(fd: int, cb: Callable[[bytes], None]) -> None:
-        while fd in open_fds:
-            try:
-                data = os.read(fd, 65536)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                close_reader(fd)
-                return
-            cb(data)
-            if len(data) < 65536:
-                return
-
-    for fd, cb in readers:
-        loop.add_reader(fd, drain, fd, cb)
-
+    readers = _OutputReaders(loop, ((popen.stdout, on_stdout), (popen.stderr, on_stderr)))
     if stdin:
         assert popen.stdin is not None
-        wfd = os.dup(popen.stdin.fileno())
-        popen.stdin.close()
-        os.set_blocking(wfd, False)
-        pending = memoryview(stdin)
-        state = {"open": True}
-
-        def close_writer() -> None:
-            if state["open"]:
-                state["open"] = False
-                loop.remove_writer(wfd)
-                os.close(wfd)
-
-        def pump() -> None:
-            nonlocal pending
-            try:
-                while pending:
-                    n = os.write(wfd, pending)
-                    pending = pending[n:]
-            except BlockingIOError:
-                return
-            except OSError:  # EPIPE: the child closed its stdin
-                pass
-            close_writer()
-
-        loop.add_writer(wfd, pump)
-        pump()
-        exited.add_done_callback(lambda _: close_writer())
+        _feed_stdin(loop, popen.stdin, stdin, exited)
 
     def on_exit(info: ExitInfo) -> None:
         popen.returncode = info.returncode if info.returncode is not None else -1
-        # Output written before the exit is already in the pipes: read it all now. Pipes
-        # still held open by background children are closed (their later output is lost).
-        for fd, cb in readers:
-            while fd in open_fds:
-                try:
-                    data = os.read(fd, 65536)
-                except OSError:  # BlockingIOError included: nothing more right now
-                    data = b""
-                if data:
-                    cb(data)
-                else:
-                    close_reader(fd)
+        readers.read_to_end()
         if not exited.done():
             exited.set_result(info)
 

@@ -7,6 +7,7 @@ import os
 import shlex
 import subprocess
 import time
+from dataclasses import dataclass
 
 from . import enter
 from .context import DEFAULT_PATH, SandboxContext
@@ -42,6 +43,54 @@ def _fail(job: Job, ctx: SandboxContext, exit_code: int | None, error: str) -> J
     return job
 
 
+@dataclass(frozen=True)
+class _Launch:
+    """How a command is started: its argv (through the enter helper when the sandbox has
+    a holder process), the host cwd for Popen, the directory that must exist, the cgroups
+    the child joins itself, and its environment."""
+
+    argv: list[str]
+    popen_cwd: str | None
+    probe: str
+    cgroup_procs: list[str]
+    env: dict[str, str]
+
+
+def _launch(ctx: SandboxContext, argv: list[str], workdir: str, env: dict[str, str]) -> _Launch:
+    """Raises ``LookupError`` when the sandbox needs the enter helper and there is none."""
+    if ctx.holder_pid is None:
+        return _Launch(argv, workdir, workdir, ctx.cgroup_procs, env)
+    helper = enter.helper()
+    if helper is None:
+        raise LookupError(NO_HELPER)
+    entered = enter.enter_argv(
+        helper, ctx.holder_pid, workdir, ctx.cgroup_procs, argv, user=ctx.user
+    )
+    # the helper joins the cgroups itself
+    return _Launch(
+        entered, None, f"/proc/{ctx.holder_pid}/root{workdir}", [], enter.helper_env(env)
+    )
+
+
+def _settle(job: Job, info: ExitInfo, timeout: float) -> None:
+    """The job's final status from how its process ended."""
+    job.usage = info.usage
+    job.exit_code = info.returncode
+    if job.timed_out:
+        job.status, job.exit_code = "failed", None
+        job.error = f"timed out after {timeout:g}s; the process group was killed"
+    elif job.cancelled:
+        job.status, job.exit_code = "failed", None
+        job.error = "cancelled; the process group was killed"
+    elif info.signal is not None:
+        job.status = "failed"
+        job.error = f"killed by signal {info.signal}"
+    elif info.returncode == 0:
+        job.status = "succeeded"
+    else:
+        job.status = "failed"
+
+
 def start_job(
     ctx: SandboxContext,
     command: str | list[str],
@@ -55,13 +104,12 @@ def start_job(
     listen: asyncio.Queue[tuple[str, str] | None] | None = None,
     job_id: str | None = None,
 ) -> Job:
+    """Start ``command`` in the sandbox as a new job (failed at once if it cannot start)."""
     job = ctx.jobs.new(command, cap, job_id)
     if listen is not None:
         job.listeners.append(listen)
-    timeout = DEFAULT_TIMEOUT if timeout is None else timeout
-    full_env = dict(ctx.env)
-    if env:
-        full_env.update(env)
+    limit = DEFAULT_TIMEOUT if timeout is None else timeout
+    full_env = {**ctx.env, **(env or {})}
     full_env.setdefault("PATH", DEFAULT_PATH)
     workdir = cwd or ctx.workdir or "/"
     if not workdir.startswith("/"):
@@ -69,36 +117,27 @@ def start_job(
     argv = build_argv(ctx, command, login_shell)
     if not argv:
         return _fail(job, ctx, None, "empty command")
-    cgroup_procs: list[str] = ctx.cgroup_procs
-    if ctx.holder_pid is not None:
-        probe = f"/proc/{ctx.holder_pid}/root{workdir}"
-        popen_cwd = None
-        helper = enter.helper()
-        if helper is None:
-            return _fail(job, ctx, None, NO_HELPER)
-        argv = enter.enter_argv(helper, ctx.holder_pid, workdir, cgroup_procs, argv, user=ctx.user)
-        cgroup_procs = []  # the helper joins them
-        full_env = enter.helper_env(full_env)
-    else:
-        probe = workdir
-        popen_cwd = workdir
-    if not os.path.isdir(probe):
+    try:
+        launch = _launch(ctx, argv, workdir, full_env)
+    except LookupError as exc:
+        return _fail(job, ctx, None, str(exc))
+    if not os.path.isdir(launch.probe):
         return _fail(job, ctx, None, f"cwd {workdir!r} is not a directory in the sandbox")
     loop = asyncio.get_running_loop()
     try:
         proc = spawn(
-            argv,
-            cwd=popen_cwd,
-            env=full_env,
+            launch.argv,
+            cwd=launch.popen_cwd,
+            env=launch.env,
             stdin=stdin.encode() if stdin else None,
             on_stdout=lambda b: job.feed("stdout", b),
             on_stderr=lambda b: job.feed("stderr", b),
-            cgroup_procs=cgroup_procs,
+            cgroup_procs=launch.cgroup_procs,
         )
     except FileNotFoundError:
-        return _fail(job, ctx, 127, f"{shlex.quote(argv[0])}: command not found")
+        return _fail(job, ctx, 127, f"{shlex.quote(launch.argv[0])}: command not found")
     except PermissionError:
-        return _fail(job, ctx, 126, f"{shlex.quote(argv[0])}: permission denied")
+        return _fail(job, ctx, 126, f"{shlex.quote(launch.argv[0])}: permission denied")
     except (OSError, subprocess.SubprocessError) as exc:
         return _fail(job, ctx, None, f"could not start the command: {exc}")
     job.proc = proc
@@ -110,27 +149,12 @@ def start_job(
             job.timed_out = True
             proc.kill_group()
 
-    timer = loop.call_later(timeout, on_timeout) if timeout > 0 else None
+    timer = loop.call_later(limit, on_timeout) if limit > 0 else None
 
     def on_exit(fut: asyncio.Future[ExitInfo]) -> None:
         if timer is not None:
             timer.cancel()
-        info = fut.result()
-        job.usage = info.usage
-        job.exit_code = info.returncode
-        if job.timed_out:
-            job.status, job.exit_code = "failed", None
-            job.error = f"timed out after {timeout:g}s; the process group was killed"
-        elif job.cancelled:
-            job.status, job.exit_code = "failed", None
-            job.error = "cancelled; the process group was killed"
-        elif info.signal is not None:
-            job.status = "failed"
-            job.error = f"killed by signal {info.signal}"
-        elif info.returncode == 0:
-            job.status = "succeeded"
-        else:
-            job.status = "failed"
+        _settle(job, fut.result(), limit)
         job.finish()
         ctx.jobs.mark_finished(job)
 
