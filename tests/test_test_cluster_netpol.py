@@ -50,39 +50,35 @@ def _chains(text: str) -> dict[str, list[list[str]]]:
     return chains
 
 
+def _match_one(flag: str, value: str, packet: dict[str, Any]) -> bool:
+    """Whether the packet passes one iptables match (unknown flags pass)."""
+    if flag in ("-i", "-o"):
+        return packet["in" if flag == "-i" else "out"] == value
+    if flag in ("-s", "-d"):
+        address = ipaddress.ip_address(packet["src" if flag == "-s" else "dst"])
+        return address in ipaddress.ip_network(value)
+    if flag == "-p":
+        return packet["proto"] == value
+    if flag == "--dport":
+        low, _, high = value.partition(":")
+        return int(low) <= packet["port"] <= int(high or low)
+    if flag == "--ctstate":
+        return packet["state"] in value.split(",")
+    if flag == "--src-type":
+        return value == "LOCAL" and packet["src"] in HOST
+    if flag == "--mark":
+        bits, mask = (int(v, 16) for v in value.split("/"))
+        return packet["mark"] & mask == bits
+    return True
+
+
 def _matches(tokens: list[str], packet: dict[str, Any]) -> bool:
-    i = 0
-    while i < len(tokens):
+    for i in range(0, len(tokens), 2):
         flag, value = tokens[i], tokens[i + 1] if i + 1 < len(tokens) else ""
         if flag == "-j":
             return True
-        i += 2
-        if flag in ("-m", "--comment"):
-            continue
-        if (flag, packet["in"]) == ("-i", value) or (flag, packet["out"]) == ("-o", value):
-            continue
-        if flag in ("-i", "-o"):
+        if flag not in ("-m", "--comment") and not _match_one(flag, value, packet):
             return False
-        if flag in ("-s", "-d"):
-            address = ipaddress.ip_address(packet["src" if flag == "-s" else "dst"])
-            if address not in ipaddress.ip_network(value):
-                return False
-        elif flag == "-p" and packet["proto"] != value:
-            return False
-        elif flag == "--dport":
-            low, _, high = value.partition(":")
-            if not int(low) <= packet["port"] <= int(high or low):
-                return False
-        elif flag == "--ctstate":
-            if packet["state"] not in value.split(","):
-                return False
-        elif flag == "--src-type":
-            if value != "LOCAL" or packet["src"] not in HOST:
-                return False
-        elif flag == "--mark":
-            bits, mask = (int(v, 16) for v in value.split("/"))
-            if packet["mark"] & mask != bits:
-                return False
     return True
 
 

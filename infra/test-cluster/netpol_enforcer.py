@@ -263,6 +263,37 @@ def _chain(kind: str, *parts: str) -> str:
     return f"{PREFIX}{kind}-{digest}"  # 15 + 1 + 1 + 10 = 27 characters: iptables allows 28
 
 
+def _rule_chain(
+    chains: dict[str, list[str]],
+    key: tuple[str, str, str, str],
+    peers: Peers,
+    ports: list[str] | None,
+    addr_flag: str,
+    mark: str,
+) -> str:
+    """Add the chain of one policy rule (and its ipBlock-except sub-chains) to ``chains``;
+    ``key`` is (namespace, policy, direction, rule index). Returns the chain's name."""
+    chain = _chain("R", *key)
+    body = chains.setdefault(chain, [])
+    for port in [""] if ports is None else ports:
+        port = f"{port} " if port else ""
+        if peers.everyone:
+            body.append(f"{port}{mark}")
+            continue
+        for address in peers.addresses:
+            body.append(f"{addr_flag} {address}/32 {port}{mark}")
+        for block_index, (cidr, excepts) in enumerate(peers.blocks):
+            if not excepts:
+                body.append(f"{addr_flag} {cidr} {port}{mark}")
+                continue
+            sub = _chain("B", *key, str(block_index))
+            if sub not in chains:
+                chains[sub] = [f"{addr_flag} {e} -j RETURN" for e in excepts]
+                chains[sub].append(f"{addr_flag} {cidr} {mark}")
+            body.append(f"{port}-j {sub}")
+    return chain
+
+
 def compile_rules(
     pods_raw: Iterable[Mapping[str, Any]],
     namespaces_raw: Iterable[Mapping[str, Any]],
@@ -306,25 +337,8 @@ def compile_rules(
                 where = f"{ns}/{name} {direction.lower()}[{index}]"
                 peers = rule_peers(rule.get(peer_key), ns, pods, namespaces, warnings, where)
                 ports = port_matches(rule.get("ports"), warnings, where)
-                chain = _chain("R", ns, name, direction, str(index))
-                body = chains.setdefault(chain, [])
-                for port in [""] if ports is None else ports:
-                    port = f"{port} " if port else ""
-                    if peers.everyone:
-                        body.append(f"{port}{mark}")
-                        continue
-                    for address in peers.addresses:
-                        body.append(f"{addr_flag} {address}/32 {port}{mark}")
-                    for block_index, (cidr, excepts) in enumerate(peers.blocks):
-                        if not excepts:
-                            body.append(f"{addr_flag} {cidr} {port}{mark}")
-                            continue
-                        sub = _chain("B", ns, name, direction, str(index), str(block_index))
-                        if sub not in chains:
-                            chains[sub] = [f"{addr_flag} {e} -j RETURN" for e in excepts]
-                            chains[sub].append(f"{addr_flag} {cidr} {mark}")
-                        body.append(f"{port}-j {sub}")
-                rule_chains.append(chain)
+                key = (ns, name, direction, str(index))
+                rule_chains.append(_rule_chain(chains, key, peers, ports, addr_flag, mark))
             for pod in selected:
                 isolating[direction].setdefault(pod.ip, []).extend(rule_chains)
 

@@ -371,20 +371,11 @@ def verify_task(
     return result
 
 
-def _verify(
-    task: Mapping[str, Any], python: str, repos_dir: Path, result: TaskResult, keep_logs: bool
-) -> None:
-    iid = result.instance_id
-    f2p = test_list(task["FAIL_TO_PASS"])
-    p2p = test_list(task["PASS_TO_PASS"])
-    result.fail_to_pass, result.pass_to_pass = len(f2p), len(p2p)
-    config = task["install_config"]
-    if isinstance(config, str):
-        config = json.loads(config)
-    test_cmd = config["test_cmd"]
-    base = task["base_commit"]
-    problems = result.problems
-
+def _metadata_problems(
+    task: Mapping[str, Any], f2p: list[str], p2p: list[str], config: Mapping[str, Any]
+) -> list[str]:
+    """What is wrong with the task's fields, before anything runs."""
+    problems = []
     if not f2p:
         problems.append("FAIL_TO_PASS is empty")
     if set(f2p) & set(p2p):
@@ -394,7 +385,7 @@ def _verify(
         problems.append(
             f"test ids with whitespace (SWE-bench's parser cannot match them): {_shown(spaced)}"
         )
-    if task.get("environment_setup_commit") not in (None, base):
+    if task.get("environment_setup_commit") not in (None, task["base_commit"]):
         problems.append("environment_setup_commit differs from base_commit")
     if config.get("install"):
         problems.append("install_config.install is not empty (the tests must need no install)")
@@ -410,67 +401,97 @@ def _verify(
         problems.append(
             f"test_patch touches non-test files: {[f for f in test_files if not is_test_path(f)]}"
         )
+    return problems
 
+
+def _ref_problems(repo: Path, iid: str, base: str) -> list[str]:
+    problems = []
+    head = git(repo, "rev-parse", "HEAD").strip()
+    if head != base:
+        problems.append(f"base_commit {base} resolves to {head}")
+    tag = git(
+        repo, "rev-parse", "-q", "--verify", f"refs/tags/task/{iid}^{{commit}}", check=False
+    ).strip()
+    if tag != base:
+        problems.append(f"tag task/{iid} is {tag or 'missing'}, not base_commit")
+    return problems
+
+
+def _check_base(bare: Any, f2p: list[str], result: TaskResult) -> None:
+    """The bare base: existing tests pass, the new ones are not there yet."""
+    failing = sorted(t for t, s in bare.statuses.items() if s in FAILING)
+    present = [t for t in f2p if t in bare.statuses]
+    if not bare.statuses:
+        result.problems.append(
+            f"base: the test command ran no test (exit {bare.returncode}): {bare.log[-500:]}"
+        )
+    result.base = f"{len(bare.statuses)} run, {len(failing)} fail"
+    if failing:
+        result.problems.append(f"base: existing tests fail without test_patch: {_shown(failing)}")
+    if present:
+        result.problems.append(f"base already contains FAIL_TO_PASS tests: {_shown(present)}")
+
+
+def _check_with_tests(before: Any, f2p: list[str], p2p: list[str], result: TaskResult) -> None:
+    """Base + test_patch: F2P fail, P2P pass (this is also the empty-patch outcome)."""
+    f2p_failing, f2p_bad = _summary(before.statuses, f2p, FAILING)
+    p2p_passing, p2p_bad = _summary(before.statuses, p2p, ("PASSED",))
+    result.with_tests = f"F2P {f2p_failing}/{len(f2p)} fail, P2P {p2p_passing}/{len(p2p)} pass"
+    if f2p_bad:
+        result.problems.append(f"base+test_patch: FAIL_TO_PASS not failing: {_shown(f2p_bad)}")
+    if p2p_bad:
+        result.problems.append(f"base+test_patch: PASS_TO_PASS not passing: {_shown(p2p_bad)}")
+    unresolved = f2p_failing > 0
+    result.empty_patch = "unresolved" if unresolved else "RESOLVED"
+    if not unresolved:
+        result.problems.append(
+            "the empty patch resolves the task: no FAIL_TO_PASS test fails without the fix"
+        )
+
+
+def _check_gold(
+    before: Any, after: Any, f2p: list[str], p2p: list[str], result: TaskResult
+) -> None:
+    """+ gold patch: everything passes."""
+    good, bad = _summary(after.statuses, f2p + p2p, ("PASSED",))
+    result.gold = f"{good}/{len(f2p) + len(p2p)} pass"
+    if bad:
+        result.problems.append(f"gold: not passing: {_shown(bad)}")
+    truncated = sorted(set(f2p + p2p) & (truncated_ids(before.log) | truncated_ids(after.log)))
+    if truncated:
+        result.problems.append(
+            f"listed ids that are cut-off test ids with whitespace: {_shown(truncated)}"
+        )
+
+
+def _verify(
+    task: Mapping[str, Any], python: str, repos_dir: Path, result: TaskResult, keep_logs: bool
+) -> None:
+    f2p = test_list(task["FAIL_TO_PASS"])
+    p2p = test_list(task["PASS_TO_PASS"])
+    result.fail_to_pass, result.pass_to_pass = len(f2p), len(p2p)
+    config = task["install_config"]
+    if isinstance(config, str):
+        config = json.loads(config)
+    test_cmd = config["test_cmd"]
+    result.problems += _metadata_problems(task, f2p, p2p, config)
     bundle = bundle_path(task, repos_dir)
     if not bundle.is_file():
-        problems.append(f"bundle {bundle} is missing")
+        result.problems.append(f"bundle {bundle} is missing")
         return
     with tempfile.TemporaryDirectory(prefix="orchard-verify-") as tmp:
         repo = Path(tmp) / "repo"
-        checkout(bundle, base, repo)
-        head = git(repo, "rev-parse", "HEAD").strip()
-        if head != base:
-            problems.append(f"base_commit {base} resolves to {head}")
-        tag = git(
-            repo, "rev-parse", "-q", "--verify", f"refs/tags/task/{iid}^{{commit}}", check=False
-        ).strip()
-        if tag != base:
-            problems.append(f"tag task/{iid} is {tag or 'missing'}, not base_commit")
-
-        # 1. the bare base: existing tests pass, the new ones are not there yet
+        checkout(bundle, task["base_commit"], repo)
+        result.problems += _ref_problems(repo, result.instance_id, task["base_commit"])
         bare = run_tests(repo, test_cmd, python)
-        failing = sorted(t for t, s in bare.statuses.items() if s in FAILING)
-        present = [t for t in f2p if t in bare.statuses]
-        if not bare.statuses:
-            problems.append(
-                f"base: the test command ran no test (exit {bare.returncode}): {bare.log[-500:]}"
-            )
-        result.base = f"{len(bare.statuses)} run, {len(failing)} fail"
-        if failing:
-            problems.append(f"base: existing tests fail without test_patch: {_shown(failing)}")
-        if present:
-            problems.append(f"base already contains FAIL_TO_PASS tests: {_shown(present)}")
-
-        # 2. base + test_patch: F2P fail, P2P pass (this is also the empty-patch outcome)
+        _check_base(bare, f2p, result)
         apply_patch(repo, task["test_patch"])
         before = run_tests(repo, test_cmd, python)
-        f2p_failing, f2p_bad = _summary(before.statuses, f2p, FAILING)
-        p2p_passing, p2p_bad = _summary(before.statuses, p2p, ("PASSED",))
-        result.with_tests = f"F2P {f2p_failing}/{len(f2p)} fail, P2P {p2p_passing}/{len(p2p)} pass"
-        if f2p_bad:
-            problems.append(f"base+test_patch: FAIL_TO_PASS not failing: {_shown(f2p_bad)}")
-        if p2p_bad:
-            problems.append(f"base+test_patch: PASS_TO_PASS not passing: {_shown(p2p_bad)}")
-        unresolved = f2p_failing > 0
-        result.empty_patch = "unresolved" if unresolved else "RESOLVED"
-        if not unresolved:
-            problems.append(
-                "the empty patch resolves the task: no FAIL_TO_PASS test fails without the fix"
-            )
-
-        # 3. + gold patch: everything passes
+        _check_with_tests(before, f2p, p2p, result)
         apply_patch(repo, task["patch"])
         after = run_tests(repo, test_cmd, python)
-        good, bad = _summary(after.statuses, f2p + p2p, ("PASSED",))
-        result.gold = f"{good}/{len(f2p) + len(p2p)} pass"
-        if bad:
-            problems.append(f"gold: not passing: {_shown(bad)}")
-        truncated = sorted(set(f2p + p2p) & (truncated_ids(before.log) | truncated_ids(after.log)))
-        if truncated:
-            problems.append(
-                f"listed ids that are cut-off test ids with whitespace: {_shown(truncated)}"
-            )
-        if keep_logs or problems:
+        _check_gold(before, after, f2p, p2p, result)
+        if keep_logs or result.problems:
             result.logs = {"base": bare.log, "with_tests": before.log, "gold": after.log}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -129,49 +130,41 @@ class Settings:
     def from_env(cls, **overrides: object) -> Settings:
         """Defaults, then ``ORCHARD_ENV_*`` variables, then explicit overrides."""
         values: dict[str, object] = {}
-        if "ORCHARD_ENV_API_KEYS" in os.environ:
+        if "ORCHARD_ENV_API_KEYS" in os.environ:  # set but empty: no keys, not the default
             values["api_keys"] = parse_api_keys(os.environ["ORCHARD_ENV_API_KEYS"])
-        if os.environ.get("ORCHARD_ENV_STATE_DIR"):
-            values["state_dir"] = Path(os.environ["ORCHARD_ENV_STATE_DIR"])
-        if os.environ.get("ORCHARD_ENV_BACKEND"):
-            values["backend"] = os.environ["ORCHARD_ENV_BACKEND"]
-        if os.environ.get("ORCHARD_ENV_AGENT_IMAGE"):
-            values["agent_image"] = os.environ["ORCHARD_ENV_AGENT_IMAGE"]
-        if os.environ.get("ORCHARD_ENV_AGENT_BUNDLE"):
-            values["agent_bundle"] = Path(os.environ["ORCHARD_ENV_AGENT_BUNDLE"])
-        if os.environ.get("ORCHARD_ENV_BRIDGE_ALLOWED_UPSTREAMS"):
-            raw = os.environ["ORCHARD_ENV_BRIDGE_ALLOWED_UPSTREAMS"].split(",")
-            values["bridge_allowed_upstreams"] = [p.strip() for p in raw if p.strip()]
-        if os.environ.get("ORCHARD_ENV_BRIDGE_MAX_REQUEST_BYTES"):
-            values["bridge_max_request_bytes"] = int(
-                os.environ["ORCHARD_ENV_BRIDGE_MAX_REQUEST_BYTES"]
-            )
-        if os.environ.get("ORCHARD_ENV_LOCAL_ROOTFS_DIRS"):
-            raw = os.environ["ORCHARD_ENV_LOCAL_ROOTFS_DIRS"].split(",")
-            values["local_rootfs_dirs"] = [Path(p.strip()) for p in raw if p.strip()]
-        if os.environ.get("ORCHARD_ENV_IMAGE_STORE"):
-            values["image_store"] = Path(os.environ["ORCHARD_ENV_IMAGE_STORE"])
-        if os.environ.get("ORCHARD_ENV_REGISTRY_MIRRORS"):
-            values["registry_mirrors"] = parse_mirrors(
-                os.environ["ORCHARD_ENV_REGISTRY_MIRRORS"].split(",")
-            )
-        if os.environ.get("ORCHARD_ENV_INSECURE_REGISTRIES"):
-            raw = os.environ["ORCHARD_ENV_INSECURE_REGISTRIES"].split(",")
-            values["insecure_registries"] = [h.strip() for h in raw if h.strip()]
-        if os.environ.get("ORCHARD_ENV_PULL_REGISTRIES"):
-            raw = os.environ["ORCHARD_ENV_PULL_REGISTRIES"].split(",")
-            values["pull_registries"] = [h.strip() for h in raw if h.strip()]
-        if os.environ.get("ORCHARD_ENV_PULL_TIMEOUT"):
-            values["pull_timeout_s"] = float(os.environ["ORCHARD_ENV_PULL_TIMEOUT"])
-        for name, env in (
-            ("image_pull", "ORCHARD_ENV_IMAGE_PULL"),
-            ("kubeconfig", "ORCHARD_ENV_KUBECONFIG"),
-            ("namespace", "ORCHARD_ENV_NAMESPACE"),
-            ("image_pull_policy", "ORCHARD_ENV_IMAGE_PULL_POLICY"),
-            ("orchestrator_id", "ORCHARD_ENV_ORCHESTRATOR_ID"),
-            ("runtime_class", "ORCHARD_ENV_RUNTIME_CLASS"),
-        ):
-            if os.environ.get(env):
-                values[name] = Path(os.environ[env]) if name == "kubeconfig" else os.environ[env]
+        for name, (variable, parse) in _FROM_ENVIRONMENT.items():
+            if os.environ.get(variable):
+                values[name] = parse(os.environ[variable])
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
+
+
+def _items(raw: str) -> list[str]:
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+_FROM_ENVIRONMENT: dict[str, tuple[str, Callable[[str], object]]] = {
+    "state_dir": ("ORCHARD_ENV_STATE_DIR", Path),
+    "backend": ("ORCHARD_ENV_BACKEND", str),
+    "agent_image": ("ORCHARD_ENV_AGENT_IMAGE", str),
+    "agent_bundle": ("ORCHARD_ENV_AGENT_BUNDLE", Path),
+    "bridge_allowed_upstreams": ("ORCHARD_ENV_BRIDGE_ALLOWED_UPSTREAMS", _items),
+    "bridge_max_request_bytes": ("ORCHARD_ENV_BRIDGE_MAX_REQUEST_BYTES", int),
+    "local_rootfs_dirs": (
+        "ORCHARD_ENV_LOCAL_ROOTFS_DIRS",
+        lambda raw: [Path(p) for p in _items(raw)],
+    ),
+    "image_store": ("ORCHARD_ENV_IMAGE_STORE", Path),
+    "registry_mirrors": ("ORCHARD_ENV_REGISTRY_MIRRORS", lambda raw: parse_mirrors(raw.split(","))),
+    "insecure_registries": ("ORCHARD_ENV_INSECURE_REGISTRIES", _items),
+    "pull_registries": ("ORCHARD_ENV_PULL_REGISTRIES", _items),
+    "pull_timeout_s": ("ORCHARD_ENV_PULL_TIMEOUT", float),
+    "image_pull": ("ORCHARD_ENV_IMAGE_PULL", str),
+    "kubeconfig": ("ORCHARD_ENV_KUBECONFIG", Path),
+    "namespace": ("ORCHARD_ENV_NAMESPACE", str),
+    "image_pull_policy": ("ORCHARD_ENV_IMAGE_PULL_POLICY", str),
+    "orchestrator_id": ("ORCHARD_ENV_ORCHESTRATOR_ID", str),
+    "runtime_class": ("ORCHARD_ENV_RUNTIME_CLASS", str),
+}
+"""Settings read from the environment by :meth:`Settings.from_env`: the variable and how
+its (non-empty) value is parsed."""

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -238,107 +239,143 @@ def print_grades(results: list[GradeResult], console: Console) -> None:
     console.print(", ".join(f"{s}: {n}" for s, n in counts.items() if n))
 
 
+def _cmd_grade(args: argparse.Namespace, console: Console) -> int:
+    predictions = read_predictions(args.predictions)
+    tasks = load_tasks(args.tasks, ids=list(predictions))
+    results = asyncio.run(
+        grade_all(args.url, args.api_key, tasks, predictions, args.concurrency, args.image)
+    )
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=2))
+    else:
+        print_grades(results, console)
+    return 0
+
+
+def _cmd_distill(args: argparse.Namespace, console: Console) -> int:
+    from .distill import DistillConfig, distill
+
+    tasks = _distill_tasks(args.tasks, args.ids)
+    model = ModelConfig(model=args.model, base_url=args.base_url, api_key_env=args.api_key_env)
+    config = DistillConfig(
+        harness=args.harness,
+        model=model,
+        out_dir=args.out,
+        attempts=args.attempts,
+        concurrency=args.concurrency,
+        max_steps=args.max_steps,
+        max_cost=args.max_cost,
+        default_image=args.image,
+    )
+
+    async def run() -> dict[str, Any]:
+        async with AsyncSandboxClient(base_url=args.url, api_key=args.api_key) as c:
+            return await distill(c, tasks, config)
+
+    print(json.dumps(asyncio.run(run()), indent=2))
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace, console: Console) -> int:
+    from .demo import run_demo
+
+    return run_demo(args.url, args.api_key, args.out, args.concurrency, args.image, console)
+
+
+def _cmd_credit_sft(args: argparse.Namespace, console: Console) -> int:
+    from .training.credit_cli import run as run_credit_sft
+
+    return run_credit_sft(args, console)
+
+
+def _cmd_bar(args: argparse.Namespace, console: Console) -> int:
+    from .training.bar_replay import ReplayInputError, replay_stream
+
+    try:
+        replay_stream(sys.stdin, sys.stdout, args.profile)
+    except ReplayInputError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        return 2
+    return 0
+
+
+def _cmd_bar_sim(args: argparse.Namespace, console: Console) -> int:
+    from .training.barsim_cli import run as run_bar_sim
+
+    return run_bar_sim(args, console)
+
+
+def _cmd_train_grpo(args: argparse.Namespace, console: Console) -> int:
+    from .training.grpo_train import run as run_train_grpo
+
+    return run_train_grpo(args, console)
+
+
+def _cmd_train_sft(args: argparse.Namespace, console: Console) -> int:
+    from .training.sft_train import run_train as run_train_sft
+
+    return run_train_sft(args)
+
+
+def _cmd_sft_proof_data(args: argparse.Namespace, console: Console) -> int:
+    from .training.sft_train import run_proof_data
+
+    return run_proof_data(args, console)
+
+
+def _cmd_train_value(args: argparse.Namespace, console: Console) -> int:
+    from .training.value_model import run as run_train_value
+
+    return run_train_value(args)
+
+
+def _cmd_sft_data(args: argparse.Namespace, console: Console) -> int:
+    from .training.sft_data import SftConfig, build_sft_data, read_samples, write_records
+    from .training.tokenizer import load_tokenizer
+
+    sft_config = SftConfig(
+        max_tokens=args.max_tokens,
+        drop_long=args.drop_long,
+        only_resolved=args.only_resolved,
+        dedupe=not args.no_dedupe,
+        exit_statuses=frozenset(args.exit_status or ()) or None,
+        verify=args.verify,
+    )
+    samples, stats = build_sft_data(
+        read_samples(args.trajectories),
+        load_tokenizer(args.tokenizer),
+        sft_config,
+        tokenizer_name=str(args.tokenizer),
+    )
+    write_records(samples, args.out, args.format)
+    print(json.dumps({"out": str(args.out), "format": args.format, **stats.to_dict()}))
+    return 0
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
+    "grade": _cmd_grade,
+    "distill": _cmd_distill,
+    "demo": _cmd_demo,
+    "credit-sft": _cmd_credit_sft,
+    "bar": _cmd_bar,
+    "bar-sim": _cmd_bar_sim,
+    "train-grpo": _cmd_train_grpo,
+    "train-sft": _cmd_train_sft,
+    "sft-proof-data": _cmd_sft_proof_data,
+    "train-value": _cmd_train_value,
+    "sft-data": _cmd_sft_data,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    """``orchard-swe``: run one subcommand; 2 on bad input (the error printed), else its code."""
     args = _parser().parse_args(argv)
     console = Console(stderr=True)
     try:
-        if args.command == "grade":
-            predictions = read_predictions(args.predictions)
-            tasks = load_tasks(args.tasks, ids=list(predictions))
-            results = asyncio.run(
-                grade_all(args.url, args.api_key, tasks, predictions, args.concurrency, args.image)
-            )
-            if args.json:
-                print(json.dumps([r.to_dict() for r in results], indent=2))
-            else:
-                print_grades(results, console)
-            return 0
-        if args.command == "distill":
-            from .distill import DistillConfig, distill
-
-            tasks = _distill_tasks(args.tasks, args.ids)
-            model = ModelConfig(
-                model=args.model, base_url=args.base_url, api_key_env=args.api_key_env
-            )
-            config = DistillConfig(
-                harness=args.harness,
-                model=model,
-                out_dir=args.out,
-                attempts=args.attempts,
-                concurrency=args.concurrency,
-                max_steps=args.max_steps,
-                max_cost=args.max_cost,
-                default_image=args.image,
-            )
-
-            async def run() -> dict[str, Any]:
-                async with AsyncSandboxClient(base_url=args.url, api_key=args.api_key) as c:
-                    return await distill(c, tasks, config)
-
-            print(json.dumps(asyncio.run(run()), indent=2))
-            return 0
-        if args.command == "demo":
-            from .demo import run_demo
-
-            return run_demo(args.url, args.api_key, args.out, args.concurrency, args.image, console)
-        if args.command == "credit-sft":
-            from .training.credit_cli import run as run_credit_sft
-
-            return run_credit_sft(args, console)
-        if args.command == "bar":
-            from .training.bar_replay import ReplayInputError, replay_stream
-
-            try:
-                replay_stream(sys.stdin, sys.stdout, args.profile)
-            except ReplayInputError as exc:
-                console.print(f"[red]error:[/red] {escape(str(exc))}")
-                return 2
-            return 0
-        if args.command == "bar-sim":
-            from .training.barsim_cli import run as run_bar_sim
-
-            return run_bar_sim(args, console)
-        if args.command == "train-grpo":
-            from .training.grpo_train import run as run_train_grpo
-
-            return run_train_grpo(args, console)
-        if args.command == "train-sft":
-            from .training.sft_train import run_train as run_train_sft
-
-            return run_train_sft(args)
-        if args.command == "sft-proof-data":
-            from .training.sft_train import run_proof_data
-
-            return run_proof_data(args, console)
-        if args.command == "train-value":
-            from .training.value_model import run as run_train_value
-
-            return run_train_value(args)
-        if args.command == "sft-data":
-            from .training.sft_data import SftConfig, build_sft_data, read_samples, write_records
-            from .training.tokenizer import load_tokenizer
-
-            sft_config = SftConfig(
-                max_tokens=args.max_tokens,
-                drop_long=args.drop_long,
-                only_resolved=args.only_resolved,
-                dedupe=not args.no_dedupe,
-                exit_statuses=frozenset(args.exit_status or ()) or None,
-                verify=args.verify,
-            )
-            samples, stats = build_sft_data(
-                read_samples(args.trajectories),
-                load_tokenizer(args.tokenizer),
-                sft_config,
-                tokenizer_name=str(args.tokenizer),
-            )
-            write_records(samples, args.out, args.format)
-            print(json.dumps({"out": str(args.out), "format": args.format, **stats.to_dict()}))
-            return 0
+        return _COMMANDS[args.command](args, console)
     except (TaskLoadError, FileNotFoundError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
-    return 2
 
 
 if __name__ == "__main__":

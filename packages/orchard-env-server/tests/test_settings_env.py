@@ -1,0 +1,62 @@
+"""``Settings.from_env``: every ``ORCHARD_ENV_*`` variable reaches its field, parsed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchard_env_server.settings import Settings
+
+pytestmark = pytest.mark.fast
+
+ENVIRONMENT = {
+    "ORCHARD_ENV_STATE_DIR": "/srv/state",
+    "ORCHARD_ENV_BACKEND": "docker",
+    "ORCHARD_ENV_AGENT_IMAGE": "orchard/agent-injector:test",
+    "ORCHARD_ENV_AGENT_BUNDLE": "/opt/agent",
+    "ORCHARD_ENV_BRIDGE_ALLOWED_UPSTREAMS": " 10.0.0.0/8, ,example.test:443",
+    "ORCHARD_ENV_BRIDGE_MAX_REQUEST_BYTES": "4096",
+    "ORCHARD_ENV_LOCAL_ROOTFS_DIRS": "/srv/a,/srv/b",
+    "ORCHARD_ENV_IMAGE_STORE": "/srv/store",
+    "ORCHARD_ENV_REGISTRY_MIRRORS": "docker.io=http://127.0.0.1:5000/",
+    "ORCHARD_ENV_INSECURE_REGISTRIES": "127.0.0.1:5000",
+    "ORCHARD_ENV_PULL_REGISTRIES": "docker.io,ghcr.io",
+    "ORCHARD_ENV_PULL_TIMEOUT": "12.5",
+    "ORCHARD_ENV_IMAGE_PULL": "never",
+    "ORCHARD_ENV_KUBECONFIG": "/srv/kubeconfig",
+    "ORCHARD_ENV_NAMESPACE": "sandboxes",
+    "ORCHARD_ENV_IMAGE_PULL_POLICY": "Never",
+    "ORCHARD_ENV_ORCHESTRATOR_ID": "orch-1",
+    "ORCHARD_ENV_RUNTIME_CLASS": "gvisor",
+}
+
+
+def test_every_variable_reaches_its_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in ENVIRONMENT.items():
+        monkeypatch.setenv(name, value)
+    settings = Settings.from_env()
+    assert settings.state_dir == Path("/srv/state") and settings.backend == "docker"
+    assert settings.agent_image == "orchard/agent-injector:test"
+    assert settings.agent_bundle == Path("/opt/agent")
+    assert settings.bridge_allowed_upstreams == ["10.0.0.0/8", "example.test:443"]
+    assert settings.bridge_max_request_bytes == 4096
+    assert settings.local_rootfs_dirs == [Path("/srv/a"), Path("/srv/b")]
+    assert settings.image_store == Path("/srv/store")
+    assert settings.registry_mirrors == {"docker.io": "http://127.0.0.1:5000"}
+    assert settings.insecure_registries == ["127.0.0.1:5000"]
+    assert settings.pull_registries == ["docker.io", "ghcr.io"]
+    assert settings.pull_timeout_s == 12.5 and settings.image_pull == "never"
+    assert settings.kubeconfig == Path("/srv/kubeconfig") and settings.namespace == "sandboxes"
+    assert settings.image_pull_policy == "Never" and settings.orchestrator_id == "orch-1"
+    assert settings.runtime_class == "gvisor"
+
+
+def test_empty_variables_keep_defaults_and_overrides_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ENVIRONMENT:
+        monkeypatch.setenv(name, "")
+    monkeypatch.setenv("ORCHARD_ENV_API_KEYS", "")
+    defaults = Settings()
+    settings = Settings.from_env(namespace="mine", backend=None)
+    assert settings.namespace == "mine" and settings.backend == defaults.backend
+    assert settings.state_dir == defaults.state_dir and settings.api_keys == {}
