@@ -148,7 +148,11 @@ def test_harbor_docker_gives_the_same_verdicts(
 
 
 def write_dockerfile_task(root: Path) -> Path:
-    """A task whose environment is a Dockerfile FROM the offline test image."""
+    """A task whose environment is a Dockerfile FROM the offline test image, using what
+    the classic builder (Debian's docker.io, no BuildKit) and a replay must agree on: ARG
+    with and without a default, ENV extending the image's PATH, a RUN that must not see a
+    later ENV, WORKDIR, COPY of an executable, into an existing directory and of the whole
+    context less ``.dockerignore``, and SHELL."""
     task = root / "baked-file"
     for part in ("environment", "solution", "tests"):
         (task / part).mkdir(parents=True)
@@ -156,19 +160,43 @@ def write_dockerfile_task(root: Path) -> Path:
         'schema_version = "1.4"\n[verifier]\ntimeout_sec = 60.0\n[agent]\ntimeout_sec = 60.0\n'
     )
     (task / "instruction.md").write_text("Copy /opt/baked.txt to /app/out.txt.\n")
-    (task / "environment" / "Dockerfile").write_text(
-        "FROM orchard-test/debian\nARG WHAT=baked\nENV PLACE=/opt\nWORKDIR /srv/site\n"
-        "COPY note.txt ./\nRUN mkdir -p $PLACE && echo $WHAT > $PLACE/baked.txt\n"
+    environment = task / "environment"
+    (environment / "Dockerfile").write_text(
+        "FROM orchard-test/debian\nARG WHAT=baked\nARG NOVALUE\nENV PLACE=/opt\n"
+        "WORKDIR /srv/site\nCOPY note.txt ./\n"
+        "RUN mkdir -p $PLACE && echo $WHAT > $PLACE/baked.txt && "
+        'echo "${NOVALUE-unset} ${LATER-unset}" > $PLACE/build-env.txt\n'
+        "ENV LATER=yes PATH=/opt/tools:$PATH\n"
+        "COPY hello-tool /opt/tools/hello-tool\nCOPY extra.txt /srv\nCOPY . /ctx/\n"
+        'SHELL ["/bin/bash", "-c"]\nRUN echo "${BASH_VERSION:+bash}" > $PLACE/shell.txt\n'
     )
-    (task / "environment" / "note.txt").write_text("copied\n")
+    (environment / ".dockerignore").write_text("secret.txt\n")
+    for name, text in {"note.txt": "copied", "extra.txt": "extra", "secret.txt": "secret"}.items():
+        (environment / name).write_text(text + "\n")
+    (environment / "hello-tool").write_text("#!/bin/sh\necho hello\n")
+    (environment / "hello-tool").chmod(0o755)
     (task / "solution" / "solve.sh").write_text(
         "#!/bin/bash\nmkdir -p /app && cp /opt/baked.txt /app/out.txt\n"
     )
+    checks = [
+        '"$(cat /app/out.txt)" = baked',
+        '"$(cat note.txt)" = copied',
+        '"$PLACE" = /opt',
+        '"$PWD" = /srv/site',
+        '"$(cat /opt/build-env.txt)" = "unset unset"',
+        '"$LATER" = yes',
+        '"$(hello-tool)" = hello',
+        "-x /opt/tools/hello-tool",
+        '"$(command -v cat)" = /usr/bin/cat',
+        '"$(cat /srv/extra.txt)" = extra',
+        "-f /ctx/note.txt",
+        "! -e /ctx/secret.txt",
+        '"$(cat /opt/shell.txt)" = bash',
+    ]
     (task / "tests" / "test.sh").write_text(
-        "#!/bin/bash\nmkdir -p /logs/verifier\n"
-        '[ "$(cat /app/out.txt)" = baked ] && [ "$(cat note.txt)" = copied ] && '
-        '[ "$PLACE" = /opt ] && [ "$PWD" = /srv/site ] && echo 1 > /logs/verifier/reward.txt'
-        " || echo 0 > /logs/verifier/reward.txt\n"
+        "#!/bin/bash\nmkdir -p /logs/verifier\nok=1\n"
+        + "".join(f"[ {check} ] || {{ echo 'failed: {check}'; ok=0; }}\n" for check in checks)
+        + "echo $ok > /logs/verifier/reward.txt\n"
     )
     return task
 
@@ -176,9 +204,9 @@ def write_dockerfile_task(root: Path) -> Path:
 def test_dockerfile_tasks_run_on_every_backend(
     harbor_venv: Path, orchard_server: RunningServer, tmp_path: Path
 ) -> None:
-    """On a Docker-backed server the provider builds the Dockerfile with the engine; on
-    the others it replays it in a sandbox of the FROM image (ARG, ENV, WORKDIR, COPY, RUN):
-    the verifier sees the same files, environment and working directory either way."""
+    """On a Docker-backed server the provider builds the Dockerfile with the engine (the
+    ground truth); on the others it replays it in a sandbox of the FROM image: the
+    verifier sees the same files, environment and working directory either way."""
     task = write_dockerfile_task(tmp_path / "tasks")
     jobs = tmp_path / "jobs"
     argv = [

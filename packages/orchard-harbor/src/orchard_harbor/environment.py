@@ -8,8 +8,9 @@ Harbor (PyPI ``harbor``, the Terminal-Bench 2.0 runner) loads it by import path:
 Each trial gets one sandbox, created from the task's ``[environment].docker_image``. A task
 with an ``environment/Dockerfile`` is built with the Docker engine when the server's backend
 is Docker; on the other backends, whose image store cannot build, the Dockerfile is
-replayed in a sandbox of its ``FROM`` image (:mod:`orchard_harbor.dockerfile`). Commands, files and directories go through the
-Orchard client (``orchard-env-client``); nothing else of Orchard is imported.
+replayed in a sandbox of its ``FROM`` image (:mod:`orchard_harbor.dockerfile`). Commands,
+files and directories go through the Orchard client (``orchard-env-client``); nothing else
+of Orchard is imported.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import asyncio
 import os
 import posixpath
 import shutil
+import stat
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any, override
 
@@ -31,11 +34,12 @@ from pydantic import Field
 
 from orchard_env_client import AsyncSandbox, AsyncSandboxClient, OrchardError
 
-from .dockerfile import CopyStep, ReplayPlan, UnsupportedDockerfile, WorkdirStep, plan
+from .dockerfile import CopyStep, ReplayPlan, RunStep, UnsupportedDockerfile, WorkdirStep, plan
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 # Harbor passes no timeout for agent commands (they may run long); Orchard needs one.
 DEFAULT_EXEC_TIMEOUT_S = 24 * 3600
+_SHELL_ONLY_VARS = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})
 DOCKERFILE = "Dockerfile"
 COMPOSE_FILE = "docker-compose.yaml"
 BUILT_IMAGE_REPO = "orchard-harbor"
@@ -109,6 +113,7 @@ class OrchardEnvironment(BaseEnvironment):
         self._sandbox: AsyncSandbox | None = None
         self._warned_user = False
         self._default_cwd = self.task_env_config.workdir
+        self._image_env: dict[str, str] = {}  # a replayed Dockerfile's ENV values
 
     @staticmethod
     @override
@@ -164,14 +169,21 @@ class OrchardEnvironment(BaseEnvironment):
             if found.returncode == 0:
                 return tag
         self.logger.debug(f"Building {tag} from {self.environment_dir}")
-        built = await asyncio.to_thread(
-            subprocess.run,
-            ["docker", "build", "-t", tag, str(self.environment_dir)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=self.task_env_config.build_timeout_sec,
-        )
+        limit = self.task_env_config.build_timeout_sec
+        try:
+            built = await asyncio.to_thread(
+                subprocess.run,
+                ["docker", "build", "-t", tag, str(self.environment_dir)],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=limit,
+            )
+        except subprocess.TimeoutExpired:
+            raise SandboxBuildFailedError(
+                f"docker build of {self.environment_dir} took longer than the task's "
+                f"build_timeout_sec ({limit:g} s)"
+            ) from None
         if built.returncode != 0:
             raise SandboxBuildFailedError(
                 f"docker build of {self.environment_dir} failed:\n{built.stderr[-4000:]}"
@@ -184,38 +196,47 @@ class OrchardEnvironment(BaseEnvironment):
         self._client = client
         try:
             image = self._image_name()
-            replay: ReplayPlan | None = None
+            replay = False
             if image is None:
                 health = await client.health()
                 if health.backend == "docker":
                     image = await self._build_image(force_build)
                 else:
-                    replay = self._replay_plan()
-                    image = replay.base_image
+                    replay = True
+                    image = self._replay_plan().base_image  # refuses early what cannot replay
             memory_mb = self._effective_memory_mb
             cpus = self._effective_cpus
-            env = {**(replay.env if replay else {}), **self._persistent_env}
             self._sandbox = await client.create_sandbox(
                 image,
-                block_network=self._network_policy.network_mode == NetworkMode.NO_NETWORK,
+                block_network=self._network_blocked,
                 cpu=str(cpus) if cpus else None,
                 memory=f"{memory_mb}Mi" if memory_mb else None,
                 timeout=self.options.create_timeout_sec,
-                env=env or None,
+                # a replay's RUN steps see the build's environment, not the runtime one
+                env=None if replay else (self._persistent_env or None),
                 workdir=None if replay else self.task_env_config.workdir,
             )
-            if replay is not None:
-                await self._replay(self._sandbox, replay)
-                self._default_cwd = self.task_env_config.workdir or replay.workdir
+            if replay:
+                base_env, base_workdir = await self._base_settings(self._sandbox)
+                done = self._replay_plan(base_env, base_workdir)
+                await self._replay(self._sandbox, done)
+                self._image_env = done.env
+                self._default_cwd = self.task_env_config.workdir or done.workdir
             await self.ensure_dirs(self._mount_targets(writable_only=True))
             await self._upload_environment_dir_after_start()
         except BaseException:
             await self._close(delete=True)
             raise
 
-    def _replay_plan(self) -> ReplayPlan:
+    @property
+    def _network_blocked(self) -> bool:
+        return self._network_policy.network_mode == NetworkMode.NO_NETWORK
+
+    def _replay_plan(
+        self, base_env: dict[str, str] | None = None, base_workdir: str = "/"
+    ) -> ReplayPlan:
         try:
-            return plan(self.environment_dir / DOCKERFILE)
+            return plan(self.environment_dir / DOCKERFILE, None, base_env, base_workdir)
         except UnsupportedDockerfile as exc:
             raise OrchardConfigError(
                 f"task {self.environment_name!r}: the Orchard server's image store cannot "
@@ -224,6 +245,27 @@ class OrchardEnvironment(BaseEnvironment):
                 "--ek image=NAME), or serve Orchard with --backend docker"
             ) from exc
 
+    @staticmethod
+    async def _base_settings(sandbox: AsyncSandbox) -> tuple[dict[str, str], str]:
+        """The ``FROM`` image's environment and working directory, as its commands see them."""
+        job = await sandbox.exec(["/bin/sh", "-c", "pwd; env"], timeout=60)
+        if job.exit_code != 0:
+            raise SandboxBuildFailedError(
+                f"the FROM image has no working /bin/sh to replay RUN steps with: "
+                f"{job.stderr or job.error}"
+            )
+        workdir, *lines = job.stdout.splitlines()
+        env: dict[str, str] = {}
+        name = ""
+        for line in lines:
+            key, sep, value = line.partition("=")
+            if sep and key.isidentifier():
+                name = key
+                env[name] = value
+            elif name:  # a value with a newline in it
+                env[name] += "\n" + line
+        return {k: v for k, v in env.items() if k not in _SHELL_ONLY_VARS}, workdir or "/"
+
     async def _replay(self, sandbox: AsyncSandbox, replay: ReplayPlan) -> None:
         """Perform the Dockerfile's steps in the fresh sandbox (see ``dockerfile``)."""
         timeout = float(self.task_env_config.build_timeout_sec)
@@ -231,26 +273,58 @@ class OrchardEnvironment(BaseEnvironment):
             if isinstance(step, WorkdirStep):
                 await self._checked(sandbox, ["mkdir", "-p", step.path], timeout, "WORKDIR")
             elif isinstance(step, CopyStep):
-                if step.source.is_dir():
-                    await self._checked(sandbox, ["mkdir", "-p", step.target], timeout, "COPY")
-                    await sandbox.upload_dir(step.source, step.target)
-                else:
-                    parent = posixpath.dirname(step.target) or "/"
-                    await self._checked(sandbox, ["mkdir", "-p", parent], timeout, "COPY")
-                    await sandbox.upload_file(step.source, step.target)
+                await self._replay_copy(sandbox, step, timeout)
             else:
-                argv = step.command if isinstance(step.command, list) else None
-                argv = argv or ["/bin/sh", "-c", str(step.command)]
-                job = await sandbox.exec(argv, cwd=step.cwd, env=step.env or None, timeout=timeout)
-                if job.exit_code != 0:
-                    raise SandboxBuildFailedError(
-                        f"replaying {self.environment_dir / DOCKERFILE}: RUN {step.command} "
-                        f"exited {job.exit_code}: {(job.stderr or job.stdout or job.error or '')[-4000:]}"
-                    )
+                await self._replay_run(sandbox, step, timeout)
         if replay.user not in (None, "root", "0"):
             self.logger.warning(
-                f"the Dockerfile's USER {replay.user} is not applied: commands run as root"
+                f"the Dockerfile's USER {replay.user} is not applied: commands run as the "
+                "FROM image's user"
             )
+
+    async def _replay_run(self, sandbox: AsyncSandbox, step: RunStep, timeout: float) -> None:
+        job = await sandbox.exec(step.argv(), cwd=step.cwd, env=step.env or None, timeout=timeout)
+        if job.exit_code == 0:
+            return
+        note = ""
+        if self._network_blocked:
+            note = (
+                " (the task disables the network, and a replay builds in the task's own "
+                "sandbox, so RUN steps have none either: name a prebuilt image in "
+                "docker_image, or serve Orchard with --backend docker to build it)"
+            )
+        output = (job.stderr or job.stdout or job.error or "")[-4000:]
+        raise SandboxBuildFailedError(
+            f"replaying {self.environment_dir / DOCKERFILE}: RUN {step.command} "
+            f"exited {job.exit_code}{note}: {output}"
+        )
+
+    async def _replay_copy(self, sandbox: AsyncSandbox, step: CopyStep, timeout: float) -> None:
+        if step.source.is_dir():
+            await self._checked(sandbox, ["mkdir", "-p", step.target], timeout, "COPY")
+            with tempfile.TemporaryDirectory(prefix="orchard-copy-") as scratch:
+                source = _filtered(step, Path(scratch)) if step.ignore else step.source
+                names = sorted(child.name for child in source.iterdir())
+                await sandbox.upload_dir(source, step.target)
+            copied = [posixpath.join(step.target, name) for name in names]
+            mode = step.mode
+        else:
+            target = step.target
+            if step.into_existing_dir:
+                probe = await sandbox.exec(["test", "-d", target], timeout=timeout)
+                if probe.exit_code == 0:
+                    target = posixpath.join(target, step.source.name)
+            parent = posixpath.dirname(target) or "/"
+            await self._checked(sandbox, ["mkdir", "-p", parent], timeout, "COPY")
+            await sandbox.upload_file(step.source, target)
+            copied = [target]
+            mode = step.mode if step.mode is not None else stat.S_IMODE(step.source.stat().st_mode)
+        if not copied:
+            return
+        if mode is not None:
+            await self._checked(sandbox, ["chmod", "-R", f"{mode:o}", *copied], timeout, "COPY")
+        if step.owner:
+            await self._checked(sandbox, ["chown", "-R", step.owner, *copied], timeout, "COPY")
 
     @staticmethod
     async def _checked(sandbox: AsyncSandbox, argv: list[str], timeout: float, what: str) -> None:
@@ -298,7 +372,7 @@ class OrchardEnvironment(BaseEnvironment):
             command,
             timeout=float(timeout_sec) if timeout_sec else self.options.exec_timeout_sec,
             cwd=cwd or self._default_cwd,
-            env=self._merge_env(env),
+            env={**self._image_env, **(self._merge_env(env) or {})} or None,
         )
         if job.timed_out:
             raise RuntimeError(f"Command timed out after {timeout_sec} seconds")
@@ -325,3 +399,30 @@ class OrchardEnvironment(BaseEnvironment):
     @override
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
         await self._require_sandbox().download_dir(source_dir, target_dir)
+
+
+def _filtered(step: CopyStep, scratch: Path) -> Path:
+    """A copy of the directory ``step.source`` without what its ignore rules leave out
+    (an excluded directory is still walked when an ``!`` rule may take files back)."""
+    context = step.context or step.source
+    out = scratch / "tree"
+    rules = step.ignore
+    may_take_back = any(exception for exception, _ in rules.rules)
+
+    def ignored(directory: str, names: list[str]) -> set[str]:
+        base = Path(directory).relative_to(context)
+        return {
+            name
+            for name in names
+            if rules.excludes((base / name).as_posix())
+            and not (may_take_back and (Path(directory) / name).is_dir())
+        }
+
+    shutil.copytree(step.source, out, symlinks=True, ignore=ignored)
+    if may_take_back:  # drop the excluded directories that nothing was taken back into
+        for directory, _, _ in sorted(os.walk(out), key=lambda w: -len(w[0])):
+            path = Path(directory)
+            relative = (step.source / path.relative_to(out)).relative_to(context).as_posix()
+            if path != out and rules.excludes(relative) and not any(path.iterdir()):
+                path.rmdir()
+    return out
