@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from py312_checks import run_checks
 
@@ -195,6 +197,87 @@ def test_step_limit(
     [traj] = read_jsonl(out)
     assert traj.metadata.exit_status == "step_limit", traj.metadata.error
     assert traj.metadata.steps == 3 and traj.metadata.verdict is None
+
+
+def test_a_model_that_fails_mid_run_keeps_the_run_so_far(
+    openhands_venv: Path,
+    server: RunningServer,
+    model_server: ScriptedModelServer,
+    tmp_path: Path,
+) -> None:
+    # one reply, then the script runs out: the endpoint answers 400 to the second call
+    model_server.add(TASK, Script([_terminal("echo before-the-failure", "First a look.")]))
+    out = tmp_path / "trajectories.jsonl"
+    done, _ = _run_cli(openhands_venv, server, model_server, out, "--no-grade")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]  # an errored attempt
+    [traj] = read_jsonl(out)
+    assert traj.metadata.exit_status.startswith("error: LLMBadRequestError"), traj.metadata
+    assert traj.metadata.error and "traceback" in traj.metadata.extra
+    assert any("before-the-failure" in r for r in _tool_results(traj.messages))
+    assert traj.metadata.prompt_tokens > 0 and traj.metadata.completion_tokens > 0
+
+
+def test_the_time_limit_holds_across_continue_messages(
+    openhands_venv: Path,
+    server: RunningServer,
+    model_server: ScriptedModelServer,
+    tmp_path: Path,
+) -> None:
+    """A model that alternates a slow command with plain talk (each talk ends a ``run()``
+    and earns a continue message): the deadline stops it however the pause and the next
+    ``run()`` interleave."""
+    talk = Step(content="Still thinking.")
+    model_server.add(TASK, Script([_terminal("sleep 1"), talk] * 50))
+    out = tmp_path / "trajectories.jsonl"
+    done, _ = _run_cli(openhands_venv, server, model_server, out, "--max-time", "4", "--no-grade")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [traj] = read_jsonl(out)
+    assert traj.metadata.exit_status == "time_limit", traj.metadata.exit_status
+    assert traj.metadata.steps < 40, traj.metadata.steps
+
+
+def test_an_interrupted_run_stops_calling_the_model_and_leaves_no_sandbox(
+    openhands_venv: Path,
+    server: RunningServer,
+    model_server: ScriptedModelServer,
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C cancels the CLI's asyncio task: the conversation thread is stopped too (it
+    would otherwise keep the process alive, calling the model, for ever)."""
+    model_server.add(TASK, Script([_terminal("sleep 1")], repeat_last=True))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCHARD_ENV_", "OPENAI_"))}
+    env["HOME"] = str(tmp_path)
+    argv = [
+        str(openhands_venv / "bin" / "orchard-openhands"),
+        "run",
+        TASK,
+        "--model",
+        "s",
+        "--base-url",
+        model_server.base_url,
+        "--orchard-url",
+        server.url,
+        "--out",
+        str(tmp_path / "t.jsonl"),
+        "--no-grade",
+    ]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while len(model_server.requests) < 2 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            time.sleep(0.2)
+        assert len(model_server.requests) >= 2
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=90)
+    finally:
+        proc.kill()
+        proc.wait()
+    calls = len(model_server.requests)
+    time.sleep(3)
+    assert len(model_server.requests) == calls  # nothing goes on calling the model
+    listed = httpx.get(f"{server.url}/sandboxes", params={"label": "orchard-harness=openhands"})
+    assert listed.json()["sandboxes"] == [], listed.text
 
 
 def test_event_converter(openhands_venv: Path) -> None:

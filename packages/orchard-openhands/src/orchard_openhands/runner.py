@@ -146,6 +146,45 @@ class _Outcome:
     completion_tokens: int
     cost: float
     nudges: int
+    error: BaseException | None = None
+    """What ended the run early (the SDK's ``ConversationRunError``, say); the events and
+    usage up to it are kept."""
+    error_traceback: str | None = None
+
+
+_WATCHDOG_TICK_S: Final = 0.2
+_CANCEL_GRACE_S: Final = 30.0
+
+
+class _Stop:
+    """When the conversation must stop: a wall-clock deadline, or the caller's cancel.
+
+    A watchdog thread pauses the conversation once either holds and *keeps* pausing it
+    until the run is over: the SDK's ``run()`` turns a paused conversation back to
+    running, so a single pause that lands between two ``run()`` calls would be undone.
+    """
+
+    def __init__(self, max_time_s: float) -> None:
+        self.deadline = time.monotonic() + max_time_s if max_time_s > 0 else None
+        self.timed_out = threading.Event()
+        self.cancelled = threading.Event()
+        self.done = threading.Event()
+
+    def due(self) -> bool:
+        """Whether the conversation must stop now (and why is recorded)."""
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            self.timed_out.set()
+        return self.timed_out.is_set() or self.cancelled.is_set()
+
+    def watch(self, conversation: BaseConversation) -> threading.Thread:
+        def loop() -> None:
+            while not self.done.wait(_WATCHDOG_TICK_S):
+                if self.due():
+                    conversation.pause()
+
+        thread = threading.Thread(target=loop, name="openhands-watchdog", daemon=True)
+        thread.start()
+        return thread
 
 
 def _assistant_turns(events: list[Event]) -> int:
@@ -159,7 +198,7 @@ def _converse(
     *,
     max_steps: int,
     max_cost: float,
-    max_time_s: float,
+    stop: _Stop,
 ) -> _Outcome:
     with (
         tempfile.TemporaryDirectory(prefix="orchard-openhands-") as scratch,
@@ -176,26 +215,22 @@ def _converse(
         # the SDK's tracing decorators hide LocalConversation's method signatures from
         # type checkers; its base class declares them
         conversation: BaseConversation = local
-        timed_out = threading.Event()
-
-        def time_up() -> None:
-            timed_out.set()
-            conversation.pause()
-
-        timer = threading.Timer(max_time_s, time_up) if max_time_s > 0 else None
+        watchdog = stop.watch(conversation)
         nudges = 0
+        error: BaseException | None = None
+        error_traceback: str | None = None
         try:
-            if timer is not None:
-                timer.start()
             conversation.send_message(prompt)
-            while True:
-                conversation.run()
+            while not stop.due():
+                try:
+                    conversation.run()
+                except Exception as exc:  # the model or a tool failed for good: keep the run
+                    error, error_traceback = exc, traceback.format_exc()
+                    break
                 events = list(conversation.state.events)
                 status = str(conversation.state.execution_status.value)
                 steps = _assistant_turns(events)
-                if finished(events) or status != "finished" or timed_out.is_set():
-                    break
-                if steps >= max_steps:
+                if finished(events) or status != "finished" or steps >= max_steps:
                     break
                 nudges += 1
                 local.max_iteration_per_run = max_steps - steps
@@ -205,16 +240,38 @@ def _converse(
             return _Outcome(
                 events=list(conversation.state.events),
                 execution_status=str(conversation.state.execution_status.value),
-                timed_out=timed_out.is_set(),
+                timed_out=stop.timed_out.is_set(),
                 prompt_tokens=int(usage.prompt_tokens) if usage else 0,
                 completion_tokens=int(usage.completion_tokens) if usage else 0,
                 cost=float(metrics.accumulated_cost or 0.0),
                 nudges=nudges,
+                error=error,
+                error_traceback=error_traceback,
             )
         finally:
-            if timer is not None:
-                timer.cancel()
+            stop.done.set()
+            watchdog.join()
             conversation.close()
+
+
+async def _converse_in_thread(
+    llm: LLM, session: SandboxSession, prompt: str, *, max_steps: int, max_cost: float, stop: _Stop
+) -> _Outcome:
+    """:func:`_converse` in a worker thread; cancelling the caller stops the conversation
+    (after the model call in flight) and waits a grace period for the thread to end, so
+    no thread goes on calling the model for a caller that is gone."""
+    worker = asyncio.ensure_future(
+        asyncio.to_thread(
+            _converse, llm, session, prompt, max_steps=max_steps, max_cost=max_cost, stop=stop
+        )
+    )
+    try:
+        return await asyncio.shield(worker)
+    except asyncio.CancelledError:
+        stop.cancelled.set()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(asyncio.shield(worker), _CANCEL_GRACE_S)
+        raise
 
 
 async def run_openhands_agent(
@@ -276,24 +333,29 @@ async def run_openhands_agent(
         base_commit = await head_commit(sandbox, repo_dir)
         extra["base_commit"] = base_commit
         llm = build_llm(model, instance_id, api_key)
-        outcome = await asyncio.to_thread(
-            _converse,
+        outcome = await _converse_in_thread(
             llm,
             session,
             instance_prompt(problem_statement, repo_dir),
             max_steps=max_steps,
             max_cost=max_cost,
-            max_time_s=max_time_s,
+            stop=_Stop(max_time_s),
         )
         events = outcome.events
         steps = _assistant_turns(events)
-        metadata.exit_status, metadata.error = exit_status_of(
-            events,
-            outcome.execution_status,
-            steps=steps,
-            max_steps=max_steps,
-            timed_out=outcome.timed_out,
-        )
+        if outcome.error is not None:
+            cause = outcome.error.__cause__ or outcome.error
+            metadata.exit_status = error_status(cause)
+            metadata.error = f"{type(cause).__name__}: {cause}"
+            extra["traceback"] = outcome.error_traceback
+        else:
+            metadata.exit_status, metadata.error = exit_status_of(
+                events,
+                outcome.execution_status,
+                steps=steps,
+                max_steps=max_steps,
+                timed_out=outcome.timed_out,
+            )
         metadata.prompt_tokens = outcome.prompt_tokens
         metadata.completion_tokens = outcome.completion_tokens
         metadata.cost = outcome.cost or model.cost(outcome.prompt_tokens, outcome.completion_tokens)
