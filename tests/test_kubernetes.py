@@ -421,6 +421,34 @@ def test_a_pod_deleted_out_of_band_terminates_its_sandbox(server):
         time.sleep(0.5)
 
 
+def test_no_pod_state_is_kept_once_pods_are_gone_however_they_went(server):
+    """Sandboxes deleted through the API, and pods force-deleted out of band: once every
+    pod is gone the backend keeps no state about any of them (``pod_states_kept``)."""
+    with SandboxClient(base_url=server.url, auto_cleanup=False) as client:
+        made = [client.create_sandbox(BUSYBOX_IMAGE, block_network=i % 2 == 0) for i in range(8)]
+        for sbx in made[:4]:
+            sbx.delete()
+        pods = [f"orchard-{sbx.sandbox_id}" for sbx in made[4:]]
+        kubectl(
+            "-n",
+            server.namespace,
+            "delete",
+            "pod",
+            *pods,
+            "--grace-period=0",
+            "--force",
+            "--wait=false",
+            check=False,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            kept = httpx.get(f"{server.url}/resources").json()["pod_states_kept"]
+            if kept == 0:
+                break
+            assert time.monotonic() < deadline, f"{kept} pod states still kept"
+            time.sleep(0.5)
+
+
 def test_an_image_the_node_lacks_fails_fast_with_the_kubelets_reason(server):
     started = time.monotonic()
     body = create_ready(server.url, {"image": "orchard-test/no-such-image:1"})

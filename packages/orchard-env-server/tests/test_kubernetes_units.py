@@ -1215,8 +1215,8 @@ def make_backend(tmp_path: Path, *pods: dict[str, Any]) -> tuple[KubernetesBacke
     backend = KubernetesBackend(Settings(backend="kubernetes", state_dir=tmp_path))
     api = DeleteApi()
     backend._api = api  # type: ignore[assignment]
-    backend._pods = Pods(*pods)
-    backend._secrets = Pods()
+    backend._pods = Pods(*pods)  # type: ignore[assignment]
+    backend._secrets = Pods()  # type: ignore[assignment]
     return backend, api
 
 
@@ -1251,7 +1251,7 @@ def test_a_pod_forced_on_delete_is_not_forced_again_when_seen_deleting(tmp_path)
         await asyncio.sleep(0)
         backend._pods.objects.clear()  # then gone: what was kept about it goes
         await backend._maintain_once()
-        assert not backend._forced and not backend._deleting_since
+        assert backend._states == {}  # nothing kept once the pod is gone
         return pod_deletes(api)
 
     assert asyncio.run(main()) == [("orchard-sb", 0, "u-1")]
@@ -1280,13 +1280,15 @@ def test_a_pod_stuck_terminating_is_force_deleted_once_overdue(tmp_path):
         assert pod_deletes(api) == []
         await backend._maintain_once()
         assert pod_deletes(api) == []
-        backend._deleting_since["orchard-sb"] -= FORCE_DELETE_MARGIN_S + 2  # time passes
+        state = backend._states["orchard-sb"]
+        assert state.deleting_since is not None
+        state.deleting_since -= FORCE_DELETE_MARGIN_S + 2  # time passes
         await backend._maintain_once()
         await asyncio.sleep(0)
         await backend._maintain_once()  # no second force for the same pod
         await asyncio.sleep(0)
         backend._on_pod_gone(pod)
-        assert "orchard-sb" not in backend._deleting_since
+        assert "orchard-sb" not in backend._states
         return pod_deletes(api)
 
     assert asyncio.run(main()) == [("orchard-sb", 0, "u-1")]
@@ -1333,7 +1335,7 @@ def test_a_pod_ended_at_its_deadline_is_force_deleted_and_terminated_by_its_ttl(
         for _ in range(5):
             await asyncio.sleep(0)
         assert registry.lost_ids == []  # no failure, no "deleted out of band"
-        assert backend._dead == {}
+        assert all(state.dead is None for state in backend._states.values())
         backend._on_pod_gone(pod)
         return registry, api, backend
 
@@ -1346,7 +1348,7 @@ def test_a_pod_ended_at_its_deadline_is_force_deleted_and_terminated_by_its_ttl(
         [(sandbox_id, why)] = registry.lost_ids
         assert sandbox_id == record.sandbox_id and "deadline" in why, why
         assert registry.expired_ids == []
-    assert not backend._records and not backend._expiring
+    assert backend._states == {}
 
 
 # --- CredentialFiles: the kubeconfig's TLS material -------------------------------------------

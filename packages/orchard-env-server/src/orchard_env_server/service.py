@@ -12,7 +12,13 @@ from typing import Any
 
 from . import metrics
 from .agent_client import AgentClient
-from .backends.base import Backend, BackendError, BackendUnavailable, ImageUnavailable
+from .backends.base import (
+    Backend,
+    BackendError,
+    BackendUnavailable,
+    ImageUnavailable,
+    SandboxExists,
+)
 from .bridges import BridgeRelay, validate_bridges
 from .errors import (
     ApiError,
@@ -184,6 +190,10 @@ class SandboxService:
         try:
             async with record.lock:
                 await self.backend.create(record)
+        except SandboxExists as exc:  # another replica's: nothing of it may be touched
+            self._records.pop(sandbox_id, None)
+            metrics.SANDBOXES.set(len(self._records))
+            raise conflict(str(exc), "sandbox_exists") from None
         except (BackendUnavailable, ImageUnavailable) as exc:
             self._records.pop(sandbox_id, None)
             metrics.SANDBOXES.set(len(self._records))

@@ -16,6 +16,11 @@ class BackendUnavailable(BackendError):
     request is refused with 503 and changes nothing; retrying later is safe."""
 
 
+class SandboxExists(BackendError):
+    """Another sandbox (of any orchestrator replica) already has the requested id: the
+    create is refused (409) and nothing of the other sandbox is touched."""
+
+
 class ImageUnavailable(BackendError):
     """The image a create names cannot be had: the create is refused (nothing is made).
 

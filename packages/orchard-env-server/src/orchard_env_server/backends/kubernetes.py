@@ -24,13 +24,14 @@ import logging
 import secrets
 import socket
 import time
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from ..errors import conflict
 from ..quantities import parse_cpu, parse_memory
 from ..records import AgentEndpoint, SandboxRecord
 from ..settings import Settings
-from .base import BackendError, BackendUnavailable, SandboxRegistry
+from .base import BackendError, BackendUnavailable, SandboxExists, SandboxRegistry
 from .kubernetes_api import (
     CredentialFiles,
     KubeApi,
@@ -80,6 +81,45 @@ _FORCE_RETRY_S = 15.0
 _CLOSE_DRAIN_S = 5.0
 
 
+@dataclass
+class PodState:
+    """What this replica knows of, and still has to do for, one sandbox pod (by name).
+
+    An entry lives while any field holds something and is removed in one place,
+    ``KubernetesBackend._prune``, once none does: the record of a sandbox this replica
+    serves, its agent token (a Secret seen before its pod), readiness being awaited, a
+    deletion to retry, or a pod being deleted that may need forcing.
+    """
+
+    record: SandboxRecord | None = None
+    token: str | None = None
+    creating: asyncio.Future[None] | None = None  # readiness awaited by create
+    dead: str | None = None  # why the sandbox stopped serving
+    doomed: bool = False  # a deletion to retry while the API is unreachable
+    published: float = 0.0  # the last-active time last published on the pod
+    expiring: bool = False  # the kubelet ended the pod at its deadline (ttl)
+    deleting_since: float | None = None  # first seen being deleted (monotonic)
+    forced_uid: str | None = None  # the incarnation force-deleted
+    # When it was forced: a pod still there _FORCE_RETRY_S later is forced again (a
+    # graceful delete that raced the force can leave it Terminating for good on 1.20).
+    forced_at: float = 0.0
+
+    def is_empty(self) -> bool:
+        return (
+            self.record is None
+            and self.token is None
+            and self.creating is None
+            and self.dead is None
+            and not self.doomed
+            and not self.expiring
+            and self.deleting_since is None
+            and self.forced_uid is None
+        )
+
+    def clear_forced(self) -> None:
+        self.forced_uid, self.forced_at = None, 0.0
+
+
 class KubernetesBackend:
     """Sandboxes as pods in one namespace of a Kubernetes cluster."""
 
@@ -92,23 +132,48 @@ class KubernetesBackend:
         self._orchestrator = settings.orchestrator_id or socket.gethostname()
         self._api: KubeApi | None = None
         self._registry: SandboxRegistry | None = None
-        self._records: dict[str, SandboxRecord] = {}  # by pod name
-        self._tokens: dict[str, str] = {}  # pod name → agent token
-        self._creating: dict[str, asyncio.Future[None]] = {}  # pod name → readiness
-        self._dead: dict[str, str] = {}  # pod name → why it stopped serving
-        self._doomed: set[str] = set()  # deletions to retry while the API is unreachable
-        self._published: dict[str, float] = {}  # pod name → last-active last published
-        self._expiring: set[str] = set()  # pods the kubelet ended at their deadline (ttl)
-        self._deleting_since: dict[str, float] = {}  # pod name → first seen being deleted
-        self._forced: dict[str, str] = {}  # pod name → uid force-deleted
-        # When it was forced: a pod still there _FORCE_RETRY_S later is forced again (a
-        # graceful delete that raced the force can leave it Terminating for good on 1.20).
-        self._forced_at: dict[str, float] = {}
+        self._states: dict[str, PodState] = {}  # by pod name
         self._credentials = CredentialFiles(settings.state_dir / "kubernetes" / "credentials")
         self._tasks: list[asyncio.Task[None]] = []
-        self._background: set[asyncio.Task[None]] = set()
-        self._pods: Any = None  # ResourceWatcher once started
-        self._secrets: Any = None  # ResourceWatcher once started
+        self._background: set[asyncio.Task[object]] = set()
+        self._pods: ResourceWatcher | None = None  # once started
+        self._secrets: ResourceWatcher | None = None
+
+    # -- per-pod state ----------------------------------------------------------------
+    def _state(self, name: str) -> PodState:
+        """The pod's entry, made on first use."""
+        state = self._states.get(name)
+        if state is None:
+            state = self._states[name] = PodState()
+        return state
+
+    def _prune(self, name: str) -> None:
+        """Drop the pod's entry once nothing is left in it (the only removal)."""
+        state = self._states.get(name)
+        if state is not None and state.is_empty():
+            del self._states[name]
+
+    def _records(self) -> Iterator[tuple[str, SandboxRecord]]:
+        for name, state in list(self._states.items()):
+            if state.record is not None:
+                yield name, state.record
+
+    def _record(self, name: str) -> SandboxRecord | None:
+        state = self._states.get(name)
+        return None if state is None else state.record
+
+    def _watched_pod(self, name: str) -> dict[str, Any] | None:
+        return self._pods.objects.get(name) if self._pods is not None else None
+
+    @property
+    def pods(self) -> ResourceWatcher:
+        assert self._pods is not None, "start() first"
+        return self._pods
+
+    @property
+    def token_secrets(self) -> ResourceWatcher:
+        assert self._secrets is not None, "start() first"
+        return self._secrets
 
     def attach(self, registry: SandboxRegistry) -> None:
         self._registry = registry
@@ -167,7 +232,7 @@ class KubernetesBackend:
             "kubernetes backend: %s, namespace %s, %d sandboxes found",
             self.api.server,
             namespace,
-            len(self._records),
+            sum(1 for _ in self._records()),
         )
         return []  # found sandboxes reach the service through the registry
 
@@ -223,7 +288,7 @@ class KubernetesBackend:
         if delete_sandboxes and self._api is not None:
             mine = [
                 r
-                for r in self._records.values()
+                for _, r in self._records()
                 if r.backend_state.get("orchestrator") == label_value(self._orchestrator)
             ]
             await asyncio.gather(*(self.delete(r) for r in mine), return_exceptions=True)
@@ -268,14 +333,12 @@ class KubernetesBackend:
             await self.api.create("secrets", secret_manifest(record, self._orchestrator, token))
         except KubeError as exc:
             if exc.status == 409:
-                raise conflict(
-                    f"sandbox id {record.sandbox_id!r} is taken", "sandbox_exists"
-                ) from exc
+                raise SandboxExists(f"sandbox id {record.sandbox_id!r} is taken") from exc
             raise self._create_error(exc) from exc
         record.backend_state = {"pod": name, "orchestrator": label_value(self._orchestrator)}
-        self._tokens[name] = token
-        self._records[name] = record
-        self._creating[name] = asyncio.get_running_loop().create_future()
+        state = self._state(name)
+        state.token, state.record = token, record
+        state.creating = asyncio.get_running_loop().create_future()
         try:
             if record.block_network:
                 await self.api.create(
@@ -314,24 +377,31 @@ class KubernetesBackend:
 
     async def wait_ready(self, record: SandboxRecord) -> None:
         name = record.backend_state["pod"]
-        future = self._creating.get(name)
-        if future is None:
+        state = self._states.get(name)
+        future = None if state is None else state.creating
+        if state is None or future is None:
             raise BackendError("the sandbox's pod is gone")
-        pod = self._pods.objects.get(name)
+        pod = self._watched_pod(name)
         if pod is not None:
             self._settle(name, record, view_pod(pod))
         try:
             await asyncio.shield(future)
         finally:
-            self._creating.pop(name, None)
+            if state.creating is future:
+                state.creating = None
+            self._prune(name)
 
     async def delete(self, record: SandboxRecord) -> None:
         name = record.backend_state.get("pod")
         if not name:
             return  # nothing was created
         self._forget(name, BackendError("the sandbox was deleted"))
-        if not await self._delete_objects(name, record.block_network):
-            self._doomed.add(name)
+        await self._delete_or_doom(name, record.block_network)
+
+    async def _delete_or_doom(self, name: str, with_policy: bool) -> None:
+        """Delete the pod's objects, or keep the deletion for the next maintenance pass."""
+        if not await self._delete_objects(name, with_policy):
+            self._state(name).doomed = True
 
     async def _delete_objects(self, name: str, with_policy: bool = True) -> bool:
         """Delete the pod, its Secret and policy; False when the API could not be reached.
@@ -347,26 +417,36 @@ class KubernetesBackend:
         except KubeError as exc:
             log.warning("could not delete sandbox objects %s (will retry): %s", name, exc)
             return False
-        self._doomed.discard(name)
+        state = self._states.get(name)
+        if state is not None:
+            state.doomed = False
+            self._prune(name)
         return True
 
     async def _retry_refused_deletions(self) -> None:
-        for name in list(self._doomed):
+        for name in [n for n, state in self._states.items() if state.doomed]:
             await self._delete_objects(name)
 
+    def _unforce(self, name: str) -> None:
+        state = self._states.get(name)
+        if state is not None:
+            state.clear_forced()
+            self._prune(name)
+
     async def _delete_pod(self, name: str) -> None:
-        pod = self._pods.objects.get(name) if self._pods is not None else None
+        pod = self._watched_pod(name)
         why = None if pod is None else force_delete_reason(pod)
         if pod is not None and why is not None:
             log.info("force-deleting pod %s: %s", name, why)
             uid = str(pod["metadata"].get("uid") or "") or None
             if uid is not None:  # no second force right away when its deletion is seen
-                self._forced[name], self._forced_at[name] = uid, time.monotonic()
+                state = self._state(name)
+                state.forced_uid, state.forced_at = uid, time.monotonic()
             try:
                 if await self.api.delete("pods", name, grace_period_s=0, uid=uid):
                     return
             except KubeError:
-                self._forced.pop(name, None)
+                self._unforce(name)
                 raise
             # Gone already, or not the pod watched (a newer one of that name): gently then.
         await self.api.delete("pods", name)
@@ -377,58 +457,66 @@ class KubernetesBackend:
         try:
             await self.api.delete("pods", name, grace_period_s=0, uid=uid)
         except KubeError as exc:
-            self._forced.pop(name, None)  # the next look tries again
+            self._unforce(name)  # the next look tries again
             log.warning("could not force-delete pod %s (will retry): %s", name, exc)
 
     def _check_deleting(self, pod: dict[str, Any], now: float) -> None:
         """A pod being deleted: force it out when its deletion will not, or did not, end."""
         meta = pod["metadata"]
         name, uid = meta["name"], str(meta.get("uid") or "")
-        since = self._deleting_since.setdefault(name, now)
+        state = self._state(name)
+        if state.deleting_since is None:
+            state.deleting_since = now
         if not uid:
             return
-        if self._forced.get(name) == uid and now - self._forced_at.get(name, 0.0) < _FORCE_RETRY_S:
+        if state.forced_uid == uid and now - state.forced_at < _FORCE_RETRY_S:
             return  # forced a moment ago: give that delete time to land before another
-        why = force_delete_reason(pod, deleting_for_s=now - since)
+        why = force_delete_reason(pod, deleting_for_s=now - state.deleting_since)
         if why is not None:
-            self._forced[name], self._forced_at[name] = uid, now
+            state.forced_uid, state.forced_at = uid, now
             self._spawn(self._force_delete(name, uid, why))
 
     def _forget(self, name: str, why: BackendError) -> SandboxRecord | None:
-        record = self._records.pop(name, None)
-        self._tokens.pop(name, None)
-        self._dead.pop(name, None)
-        self._published.pop(name, None)
-        self._expiring.discard(name)
-        future = self._creating.pop(name, None)
+        """This replica no longer serves the sandbox: its record, token, failure and
+        readiness go (readiness waiters get ``why``)."""
+        state = self._states.get(name)
+        if state is None:
+            return None
+        record, future = state.record, state.creating
+        state.record = state.token = state.dead = state.creating = None
+        state.published, state.expiring = 0.0, False
         if future is not None and not future.done():
             future.set_exception(why)
             future.exception()  # retrieved: nobody may be waiting any more
+        self._prune(name)
         return record
 
     async def check(self, record: SandboxRecord) -> str | None:
-        return self._dead.get(record.backend_state.get("pod", ""))
+        state = self._states.get(record.backend_state.get("pod", ""))
+        return None if state is None else state.dead
 
     # -- what the watchers report ---------------------------------------------------
     def _on_secret(self, secret: dict[str, Any]) -> None:
         name = secret["metadata"]["name"]
         raw = (secret.get("data") or {}).get(TOKEN_KEY)
         if raw:
-            self._tokens[name] = base64.b64decode(raw).decode()
-        pod = self._pods.objects.get(name) if self._pods is not None else None
+            self._state(name).token = base64.b64decode(raw).decode()
+        pod = self._watched_pod(name)
         if pod is not None:
             self._on_pod(pod)
 
     def _on_secret_gone(self, secret: dict[str, Any]) -> None:
         name = secret["metadata"]["name"]
-        if name not in self._records:
-            self._tokens.pop(name, None)
+        state = self._states.get(name)
+        if state is not None and state.record is None:
+            state.token = None
+            self._prune(name)
 
     def _on_pod(self, pod: dict[str, Any]) -> None:
         view = view_pod(pod)
         if view.deleting:
             self._check_deleting(pod, time.monotonic())
-        record = self._records.get(view.name)
+        record = self._record(view.name)
         if record is None:
             if view.deleting:
                 return
@@ -438,7 +526,7 @@ class KubernetesBackend:
                 return
             labels = pod["metadata"].get("labels") or {}
             record.backend_state["orchestrator"] = labels.get(LABEL_ORCHESTRATOR)
-            self._records[view.name] = record
+            self._state(view.name).record = record
             if self._registry is not None:
                 self._registry.discovered(record)
         self._sync_last_active(view.name, record, pod)
@@ -448,8 +536,8 @@ class KubernetesBackend:
         """Act on a pod's state: ready, failed, or nothing yet."""
         if view.deleting:
             return  # its containers stopping is no failure: the DELETED event follows
-        future = self._creating.get(name)
-        token = self._tokens.get(name)
+        state = self._state(name)
+        future, token = state.creating, state.token
         if view.expired and future is None:
             self._expire(name, record)
             return
@@ -460,7 +548,7 @@ class KubernetesBackend:
             elif record.status == "pending":
                 record.mark("failed", view.failure)
             else:
-                self._dead[name] = view.failure
+                state.dead = view.failure
             return
         if not (view.ready and view.ip and token):
             return
@@ -477,9 +565,10 @@ class KubernetesBackend:
         before a reaper deleted it (the reaper was late, or no orchestrator ran). That is
         no failure: delete the pod (by force, see ``_delete_pod``); once it is gone the
         sandbox is reaped for its ttl (see ``_on_pod_gone``)."""
-        if name in self._expiring:
+        state = self._state(name)
+        if state.expiring:
             return
-        self._expiring.add(name)
+        state.expiring = True
         log.info(
             "sandbox %s: the kubelet ended its pod at its deadline (ttl %s s)",
             record.sandbox_id,
@@ -488,14 +577,15 @@ class KubernetesBackend:
         self._spawn(self._delete_expired(name, record.block_network))
 
     async def _delete_expired(self, name: str, with_policy: bool) -> None:
-        if not await self._delete_objects(name, with_policy):
-            self._doomed.add(name)
+        await self._delete_or_doom(name, with_policy)
 
     def _on_pod_gone(self, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
-        self._deleting_since.pop(name, None)
-        self._forced.pop(name, None)
-        expired = name in self._expiring
+        state = self._states.get(name)
+        expired = state is not None and state.expiring
+        if state is not None:
+            state.deleting_since = None
+            state.clear_forced()
         record = self._forget(name, BackendError("the sandbox's pod was deleted"))
         if record is None:
             return  # deleted through this replica
@@ -525,21 +615,23 @@ class KubernetesBackend:
             seen = time.monotonic() - max(0.0, time.time() - float(raw))
             if seen > record.last_active:
                 record.last_active = seen
-            self._published[name] = max(self._published.get(name, 0.0), seen)
+            state = self._state(name)
+            state.published = max(state.published, seen)
 
     async def _publish_last_active(self) -> None:
         """Annotate recent use of sandboxes with an idle timeout, so that no replica reaps
         a sandbox another one is using (or still runs a command in). At most one patch per
         quarter idle timeout."""
-        for name, record in list(self._records.items()):
+        for name, record in self._records():
             idle = record.idle_timeout_seconds
             if idle is None or record.status != "ready":
                 continue
             if record.busy:  # a long exec here is use too, though no request ends meanwhile
                 record.touch()
-            if record.last_active - self._published.get(name, 0.0) < max(1.0, idle / 4):
+            state = self._state(name)
+            if record.last_active - state.published < max(1.0, idle / 4):
                 continue
-            self._published[name] = record.last_active
+            state.published = record.last_active
             wall = time.time() - (time.monotonic() - record.last_active)
             patch = {"metadata": {"annotations": {ANNOTATION_LAST_ACTIVE: f"{wall:.3f}"}}}
             with contextlib.suppress(KubeError):
@@ -558,27 +650,28 @@ class KubernetesBackend:
         await self._retry_refused_deletions()
         # Deleted pods still there long past their grace period get force-deleted.
         now = time.monotonic()
-        for name in list(self._deleting_since):
-            pod = self._pods.objects.get(name)
-            if pod is None or not pod["metadata"].get("deletionTimestamp"):
-                self._deleting_since.pop(name, None)
-            else:
-                self._check_deleting(pod, now)
-        for name in [n for n in self._forced if n not in self._pods.objects]:
-            self._forced.pop(name, None)
-            self._forced_at.pop(name, None)
+        for name, state in list(self._states.items()):
+            pod = self.pods.objects.get(name)
+            if state.deleting_since is not None:
+                if pod is None or not pod["metadata"].get("deletionTimestamp"):
+                    state.deleting_since = None
+                else:
+                    self._check_deleting(pod, now)
+            if state.forced_uid is not None and pod is None:
+                state.clear_forced()
+            self._prune(name)
         await self._publish_last_active()
         # Token Secrets whose pod never came: an orchestrator died between the two creates.
         now = time.time()
-        for name, secret in list(self._secrets.objects.items()):
-            if name in self._pods.objects or name in self._records:
+        for name, secret in list(self.token_secrets.objects.items()):
+            if name in self.pods.objects or self._record(name) is not None:
                 continue
             created = _timestamp(secret["metadata"].get("creationTimestamp"))
             if created is not None and now - created > _ORPHAN_GRACE_S:
                 log.info("deleting token secret %s: its pod never appeared", name)
                 await self._delete_objects(name)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, object]) -> None:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -595,9 +688,10 @@ class KubernetesBackend:
             "api_server": self.api.server,
             "namespace": self.api.namespace,
             "orchestrator_id": self._orchestrator,
-            "sandboxes_running": sum(1 for r in self._records.values() if r.status == "ready"),
-            "pods_watched": len(self._pods.objects),
-            "watch": {"pods": self._pods.stats(), "secrets": self._secrets.stats()},
+            "sandboxes_running": sum(1 for _, r in self._records() if r.status == "ready"),
+            "pods_watched": len(self.pods.objects),
+            "pod_states_kept": len(self._states),  # 0 once no pod needs anything more
+            "watch": {"pods": self.pods.stats(), "secrets": self.token_secrets.stats()},
             "cpu_count": None,
             "memory_total_bytes": None,
         }
