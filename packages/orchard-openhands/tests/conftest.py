@@ -41,6 +41,18 @@ def server(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[R
 
 
 @pytest.fixture(scope="session")
+def runner_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """One server on the first adapter backend, for tests of the runner's own logic
+    (errors, limits, cancellation), which no backend changes."""
+    name = adapter_backends()[0]
+    require_backend(name)
+    srv = RunningServer(backend=name, state_dir=tmp_path_factory.mktemp("oh-runner") / "s")
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
 def model_server() -> Iterator[ScriptedModelServer]:
     with ScriptedModelServer() as srv:
         yield srv

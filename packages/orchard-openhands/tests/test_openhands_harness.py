@@ -201,14 +201,14 @@ def test_step_limit(
 
 def test_a_model_that_fails_mid_run_keeps_the_run_so_far(
     openhands_venv: Path,
-    server: RunningServer,
+    runner_server: RunningServer,
     model_server: ScriptedModelServer,
     tmp_path: Path,
 ) -> None:
     # one reply, then the script runs out: the endpoint answers 400 to the second call
     model_server.add(TASK, Script([_terminal("echo before-the-failure", "First a look.")]))
     out = tmp_path / "trajectories.jsonl"
-    done, _ = _run_cli(openhands_venv, server, model_server, out, "--no-grade")
+    done, _ = _run_cli(openhands_venv, runner_server, model_server, out, "--no-grade")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]  # an errored attempt
     [traj] = read_jsonl(out)
     assert traj.metadata.exit_status.startswith("error: LLMBadRequestError"), traj.metadata
@@ -219,7 +219,7 @@ def test_a_model_that_fails_mid_run_keeps_the_run_so_far(
 
 def test_the_time_limit_holds_across_continue_messages(
     openhands_venv: Path,
-    server: RunningServer,
+    runner_server: RunningServer,
     model_server: ScriptedModelServer,
     tmp_path: Path,
 ) -> None:
@@ -229,7 +229,9 @@ def test_the_time_limit_holds_across_continue_messages(
     talk = Step(content="Still thinking.")
     model_server.add(TASK, Script([_terminal("sleep 1"), talk] * 50))
     out = tmp_path / "trajectories.jsonl"
-    done, _ = _run_cli(openhands_venv, server, model_server, out, "--max-time", "4", "--no-grade")
+    done, _ = _run_cli(
+        openhands_venv, runner_server, model_server, out, "--max-time", "4", "--no-grade"
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     [traj] = read_jsonl(out)
     assert traj.metadata.exit_status == "time_limit", traj.metadata.exit_status
@@ -238,7 +240,7 @@ def test_the_time_limit_holds_across_continue_messages(
 
 def test_an_interrupted_run_stops_calling_the_model_and_leaves_no_sandbox(
     openhands_venv: Path,
-    server: RunningServer,
+    runner_server: RunningServer,
     model_server: ScriptedModelServer,
     tmp_path: Path,
 ) -> None:
@@ -256,7 +258,7 @@ def test_an_interrupted_run_stops_calling_the_model_and_leaves_no_sandbox(
         "--base-url",
         model_server.base_url,
         "--orchard-url",
-        server.url,
+        runner_server.url,
         "--out",
         str(tmp_path / "t.jsonl"),
         "--no-grade",
@@ -276,7 +278,9 @@ def test_an_interrupted_run_stops_calling_the_model_and_leaves_no_sandbox(
     calls = len(model_server.requests)
     time.sleep(3)
     assert len(model_server.requests) == calls  # nothing goes on calling the model
-    listed = httpx.get(f"{server.url}/sandboxes", params={"label": "orchard-harness=openhands"})
+    listed = httpx.get(
+        f"{runner_server.url}/sandboxes", params={"label": "orchard-harness=openhands"}
+    )
     assert listed.json()["sandboxes"] == [], listed.text
 
 
