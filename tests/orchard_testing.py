@@ -135,7 +135,7 @@ def leftovers(server: RunningServer) -> list[str]:
         id_file = server.state_dir / "docker" / "orchestrator-id"
         if not id_file.exists():
             return []
-        label = f"org.orchard.orchestrator={id_file.read_text().strip()}"
+        label = f"orchard.dev/orchestrator={id_file.read_text().strip()}"
         names = docker("ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}")
         return names.split()
     found = []
@@ -159,7 +159,7 @@ def agent_pid(server: RunningServer, sandbox_id: str) -> int:
         return int(json.loads((server.state_dir / "agent.json").read_text())["pid"])
     if server.backend == "docker":
         return int(docker("inspect", "-f", "{{.State.Pid}}", f"orchard-{sandbox_id}"))
-    from orchard_env_server.backends.kubernetes_spec import object_name
+    from orchard_env_server.backends.kubernetes.spec import object_name
 
     pod = object_name(sandbox_id)
     ids = docker(

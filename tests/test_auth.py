@@ -12,7 +12,7 @@ from websockets.sync.client import connect
 
 from orchard_env_client import SandboxClient
 from orchard_env_client.errors import AuthError, OrchardError
-from orchard_env_server.backends.kubernetes_spec import TOKEN_KEY, object_name
+from orchard_env_server.backends.kubernetes.spec import TOKEN_KEY, object_name
 from orchard_testing import RunningServer, kubectl
 
 pytestmark = pytest.mark.integration

@@ -174,7 +174,7 @@ def test_invalid_bridges_are_refused_at_create(server, image, bridges, code):
 
 @only_backend("kubernetes")  # the only backend whose agent listens inside the sandbox
 def test_the_agents_own_port_cannot_be_bridged(server, image):
-    from orchard_env_server.backends.kubernetes_spec import AGENT_PORT
+    from orchard_env_server.backends.kubernetes.spec import AGENT_PORT
 
     body = {"image": image, "bridges": {str(AGENT_PORT): "http://127.0.0.1:1"}}
     answer = httpx.post(f"{server.url}/sandboxes", json=body)

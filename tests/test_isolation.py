@@ -228,7 +228,7 @@ def test_a_cpu_limit_that_cannot_apply_fails_the_sandbox_and_leaks_no_holder(ser
 def test_the_wheels_bwrap_is_used_without_debians_and_runs_as_a_sandbox_uid(
     backend, monkeypatch, request
 ):
-    from orchard_env_server.backends import bubblewrap
+    from orchard_env_server.backends.local import bubblewrap
 
     real_which = shutil.which
     monkeypatch.setattr(

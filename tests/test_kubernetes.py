@@ -266,7 +266,7 @@ def test_a_runtime_class_runs_the_sandbox_pod_and_a_missing_one_is_refused(serve
     """spec.runtimeClassName as the backend writes it (``runtime_class`` setting), on
     this cluster's dockershim, whose only handler is ``docker``: gVisor and Kata are
     not installed here, so a class of theirs would fail the same way a missing one does."""
-    from orchard_env_server.backends.kubernetes_spec import pod_manifest, secret_manifest
+    from orchard_env_server.backends.kubernetes.spec import pod_manifest, secret_manifest
     from orchard_env_server.records import SandboxRecord
     from orchard_env_server.settings import Settings
 

@@ -423,10 +423,10 @@ def test_named_ports_are_not_supported_and_allow_nothing():
 
 @pytest.mark.fast
 def test_the_orchestrators_own_policies_confine_sandboxes():
-    """The namespace policies of backends/kubernetes_network.py and a blocked sandbox's
+    """The namespace policies of backends/kubernetes/network.py and a blocked sandbox's
     deny-all, as the orchestrator on this host writes them."""
-    from orchard_env_server.backends import kubernetes_network as kn
-    from orchard_env_server.backends.kubernetes_spec import LABEL_NAME
+    from orchard_env_server.backends.kubernetes import network as kn
+    from orchard_env_server.backends.kubernetes.spec import LABEL_NAME
 
     place = kn.OrchestratorPlace(addresses=tuple(sorted(HOST)))
     ns = "sbx"

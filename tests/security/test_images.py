@@ -1,7 +1,7 @@
 """The escape suite: a local sandbox's own writable root over a shared image tree.
 
 Every sandbox of an image shares one unpacked tree (the image store's, or a root
-filesystem directory) under a writable root of its own (``backends/image_roots.py``).
+filesystem directory) under a writable root of its own (``backends/local/image_roots.py``).
 What one sandbox writes there must reach neither the shared tree nor a neighbour; an
 image's links must not steer what the orchestrator writes into a new root; deleting a
 sandbox must leave no mount behind; the store itself is out of every sandbox's sight.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchard_env_server.backends.kubernetes_spec import INIT_CONTAINER, MAIN_CONTAINER
+from orchard_env_server.backends.kubernetes.spec import INIT_CONTAINER, MAIN_CONTAINER
 from orchard_env_server.records import SandboxRecord
 
 ORCH = "orch-1"

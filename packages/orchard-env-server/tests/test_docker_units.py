@@ -16,9 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchard_env_server.backends.base import BackendError
-from orchard_env_server.backends.docker_api import _demultiplex
-from orchard_env_server.backends.docker_injection import AgentMount, agent_entry
-from orchard_env_server.backends.docker_spec import container_spec
+from orchard_env_server.backends.docker.api import _demultiplex
+from orchard_env_server.backends.docker.injection import AgentMount, agent_entry
+from orchard_env_server.backends.docker.spec import container_spec
 from orchard_env_server.backends.hardening import (
     SANDBOX_CAPABILITIES,
     capability_mask,
@@ -85,9 +85,9 @@ def test_the_spec_replaces_the_entrypoint_with_the_agent_and_keeps_the_image_con
     assert "WorkingDir" not in spec and "User" not in spec  # the image's own stay in force
     assert spec["Env"] == ["ORCHARD_SANDBOX_ID=sbx-1", "A=1"]  # no token, no token file
     assert spec["Labels"] == {
-        "org.orchard.sandbox-id": "sbx-1",
-        "org.orchard.tenant": "alice",
-        "org.orchard.orchestrator": "orch-x",
+        "orchard.dev/sandbox-id": "sbx-1",
+        "orchard.dev/tenant": "alice",
+        "orchard.dev/orchestrator": "orch-x",
     }
     mounts = {m["Target"]: m for m in spec["HostConfig"]["Mounts"]}
     assert mounts["/.orchard/agent"]["ReadOnly"] and mounts["/.orchard/agent"]["Source"] == "vol"

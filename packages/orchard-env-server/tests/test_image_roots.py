@@ -1,4 +1,4 @@
-"""A sandbox's writable root over a shared image tree (``backends/image_roots.py``), made
+"""A sandbox's writable root over a shared image tree (``backends/local/image_roots.py``), made
 for real: id-mapped overlay mounts as root, and the copy that serves where they can't."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchard_env_server.backends.image_roots import LOWER, ROOT, UPPER, ImageRoots
+from orchard_env_server.backends.local.image_roots import LOWER, ROOT, UPPER, ImageRoots
 
 FIRST_UID = 3_000_000_000  # far above any range the uid registry hands out
 

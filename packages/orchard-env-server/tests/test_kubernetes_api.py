@@ -1,4 +1,4 @@
-"""Unit tests of orchard_env_server.backends.kubernetes_api: CredentialFiles (the TLS files)."""
+"""Unit tests of orchard_env_server.backends.kubernetes.api: CredentialFiles (the TLS files)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from kubernetes.config import kube_config
 
 from orchard_env_server.backends.base import BackendError
-from orchard_env_server.backends.kubernetes import KubernetesBackend
-from orchard_env_server.backends.kubernetes_api import CredentialFiles, load_configuration
+from orchard_env_server.backends.kubernetes.api import CredentialFiles, load_configuration
+from orchard_env_server.backends.kubernetes.backend import KubernetesBackend
 from orchard_env_server.settings import Settings
 
 pytestmark = pytest.mark.fast

@@ -1,4 +1,4 @@
-"""Unit tests of orchard_env_server.backends.kubernetes: the KubernetesBackend's deletions."""
+"""Unit tests of orchard_env_server.backends.kubernetes.backend: the KubernetesBackend's deletions."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from kubernetes_units_support import (
     pod_state,
 )
 
-from orchard_env_server.backends.kubernetes import KubernetesBackend
-from orchard_env_server.backends.kubernetes_spec import pod_manifest
-from orchard_env_server.backends.kubernetes_status import FORCE_DELETE_MARGIN_S
+from orchard_env_server.backends.kubernetes.backend import KubernetesBackend
+from orchard_env_server.backends.kubernetes.spec import pod_manifest
+from orchard_env_server.backends.kubernetes.status import FORCE_DELETE_MARGIN_S
 from orchard_env_server.records import SandboxRecord
 from orchard_env_server.settings import Settings
 

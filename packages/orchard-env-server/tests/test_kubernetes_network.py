@@ -1,4 +1,4 @@
-"""Unit tests of orchard_env_server.backends.kubernetes_network: the namespace's policies."""
+"""Unit tests of orchard_env_server.backends.kubernetes.network: the namespace's policies."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from kubernetes_units_support import ORCH, make_record
 
-from orchard_env_server.backends import kubernetes_api
 from orchard_env_server.backends.base import BackendError
-from orchard_env_server.backends.kubernetes import KubernetesBackend
-from orchard_env_server.backends.kubernetes_api import KubeError, in_cluster_namespace
-from orchard_env_server.backends.kubernetes_network import (
+from orchard_env_server.backends.kubernetes import api as kubernetes_api
+from orchard_env_server.backends.kubernetes.api import KubeError, in_cluster_namespace
+from orchard_env_server.backends.kubernetes.backend import KubernetesBackend
+from orchard_env_server.backends.kubernetes.network import (
     EGRESS_POLICY,
     INGRESS_POLICY,
     LABEL_NAMESPACE_POLICY,
@@ -24,13 +24,13 @@ from orchard_env_server.backends.kubernetes_network import (
     local_addresses,
     replace_patch,
 )
-from orchard_env_server.backends.kubernetes_spec import LABEL_NETWORK, LABEL_ROLE, pod_manifest
+from orchard_env_server.backends.kubernetes.spec import LABEL_NETWORK, LABEL_ROLE, pod_manifest
 from orchard_env_server.settings import Settings
 
 pytestmark = pytest.mark.fast
 
 
-# --- the namespace's policies (kubernetes_network) ---------------------------------------
+# --- the namespace's policies (kubernetes.network) ---------------------------------------
 
 
 def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:

@@ -1,4 +1,4 @@
-"""Unit tests of orchard_env_server.backends.kubernetes_spec: names, labels, manifests, records."""
+"""Unit tests of orchard_env_server.backends.kubernetes.spec: names, labels, manifests, records."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from kubernetes_units_support import ORCH, make_record
 
 from orchard_env_server.backends.base import BackendError
-from orchard_env_server.backends.docker_injection import AGENT_MOUNT, agent_entry
+from orchard_env_server.backends.docker.injection import AGENT_MOUNT, agent_entry
 from orchard_env_server.backends.hardening import SANDBOX_CAPABILITIES
-from orchard_env_server.backends.kubernetes_spec import (
+from orchard_env_server.backends.kubernetes.spec import (
     ANNOTATION_RECORD,
     INIT_CONTAINER,
     LABEL_NAME,

@@ -1,4 +1,4 @@
-"""Unit tests of orchard_env_server.backends.kubernetes_status: pod views and force deletes."""
+"""Unit tests of orchard_env_server.backends.kubernetes.status: pod views and force deletes."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from kubernetes_units_support import (
     pod_with,
 )
 
-from orchard_env_server.backends.kubernetes_spec import INIT_CONTAINER, MAIN_CONTAINER
-from orchard_env_server.backends.kubernetes_status import (
+from orchard_env_server.backends.kubernetes.spec import INIT_CONTAINER, MAIN_CONTAINER
+from orchard_env_server.backends.kubernetes.status import (
     FORCE_DELETE_MARGIN_S,
     force_delete_reason,
     view_pod,

@@ -1,4 +1,4 @@
-"""Unit tests of orchard_env_server.backends.kubernetes_watch: the ResourceWatcher."""
+"""Unit tests of orchard_env_server.backends.kubernetes.watch: the ResourceWatcher."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from orchard_env_server.backends.kubernetes_api import KubeError
-from orchard_env_server.backends.kubernetes_watch import ResourceWatcher
+from orchard_env_server.backends.kubernetes.api import KubeError
+from orchard_env_server.backends.kubernetes.watch import ResourceWatcher
 
 pytestmark = pytest.mark.fast
 

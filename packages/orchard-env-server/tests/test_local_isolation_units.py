@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from orchard_env_server.backends.bubblewrap import HolderSpec, holder_argv
-from orchard_env_server.backends.host_view import (
+from orchard_env_server.backends.local.bubblewrap import HolderSpec, holder_argv
+from orchard_env_server.backends.local.host_view import (
     ViewMount,
     curate_etc,
     host_view,
     prune_etc,
     skeleton,
 )
-from orchard_env_server.backends.uid_ranges import FIRST_UID, RANGE_SIZE, UidRanges
+from orchard_env_server.backends.local.uid_ranges import FIRST_UID, RANGE_SIZE, UidRanges
 
 pytestmark = pytest.mark.fast
 

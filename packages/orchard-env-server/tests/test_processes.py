@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from orchard_env_server.backends.processes import is_alive, kill_and_wait, start_time
+from orchard_env_server.backends.local.processes import is_alive, kill_and_wait, start_time
 
 
 def _is_zombie(pid: int) -> bool:

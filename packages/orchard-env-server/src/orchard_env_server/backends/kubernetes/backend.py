@@ -11,7 +11,7 @@ only create, delete and the watches.
 
 Pods that have already ended are deleted with no grace period, and so is any pod still
 there well past its grace period: on 1.20 a pod the kubelet failed at its deadline can
-otherwise stay ``Terminating`` forever (see ``kubernetes_status.force_delete_reason``).
+otherwise stay ``Terminating`` forever (see ``kubernetes.status.force_delete_reason``).
 """
 
 from __future__ import annotations
@@ -28,18 +28,18 @@ from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..quantities import parse_cpu, parse_memory
-from ..records import AgentEndpoint, SandboxRecord
-from ..settings import Settings
-from .base import BackendError, BackendUnavailable, SandboxExists, SandboxRegistry
-from .kubernetes_api import (
+from ...quantities import parse_cpu, parse_memory
+from ...records import AgentEndpoint, SandboxRecord
+from ...settings import Settings
+from ..base import BackendError, BackendUnavailable, SandboxExists, SandboxRegistry
+from .api import (
     CredentialFiles,
     KubeApi,
     KubeError,
     in_cluster_namespace,
     load_configuration,
 )
-from .kubernetes_network import (
+from .network import (
     OrchestratorPlace,
     api_server_addresses,
     egress_policy_manifest,
@@ -47,7 +47,7 @@ from .kubernetes_network import (
     ingress_policy_manifest,
     replace_patch,
 )
-from .kubernetes_spec import (
+from .spec import (
     AGENT_PORT,
     ANNOTATION_LAST_ACTIVE,
     LABEL_ORCHESTRATOR,
@@ -62,8 +62,8 @@ from .kubernetes_spec import (
     record_from_pod,
     secret_manifest,
 )
-from .kubernetes_status import PodView, force_delete_reason, view_pod
-from .kubernetes_watch import ResourceWatcher
+from .status import PodView, force_delete_reason, view_pod
+from .watch import ResourceWatcher
 
 log = logging.getLogger("orchard_env_server")
 
@@ -237,7 +237,7 @@ class KubernetesBackend:
         return []  # found sandboxes reach the service through the registry
 
     async def _ensure_network_policies(self) -> None:
-        """Create the namespace's ingress and egress policies (``kubernetes_network``), or
+        """Create the namespace's ingress and egress policies (``kubernetes.network``), or
         patch them to what this orchestrator sees: where it runs, the API server's
         addresses. Without them sandboxes would reach each other and the API server, so
         a failure here stops the start."""

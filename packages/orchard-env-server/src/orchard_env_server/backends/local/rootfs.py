@@ -33,10 +33,10 @@ import attrs
 
 from orchard_env_agent import anchored
 
-from ..images import BadImage, ImageError
-from ..images.files import remove_tree
-from ..images.layers import LayerStream, RootBuilder
-from .base import BackendError, ImageUnavailable
+from ...images import BadImage, ImageError
+from ...images.files import remove_tree
+from ...images.layers import LayerStream, RootBuilder
+from ..base import BackendError, ImageUnavailable
 
 FLAG = "--local-rootfs-dir"
 

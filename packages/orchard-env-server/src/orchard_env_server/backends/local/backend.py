@@ -4,7 +4,7 @@ Each sandbox is a directory under the state dir (``workspace/``, ``tmp/``, ``rec
 and, isolated (the default), a holder process owning its user, mount, pid, ipc, uts and
 network namespaces (``bubblewrap``), its own host uid range (``uid_ranges``), a minimal
 view of the host (``host_view``) and, when it asked for a network, a slirp4netns of its own
-(``egress``). One shared agent process serves all of them (see ``local_agent``), which keeps
+(``egress``). One shared agent process serves all of them (see ``local.agent``), which keeps
 the per-sandbox footprint to the holder alone.
 """
 
@@ -27,11 +27,12 @@ import attrs
 
 from orchard_env_agent import anchored, enter
 
-from ..images.files import remove_tree
-from ..quantities import parse_cpu, parse_memory
-from ..records import AgentEndpoint, SandboxRecord, load_record, save_record
-from ..settings import Settings
-from .base import RESTART_LOSS, BackendError, ImageUnavailable, SandboxRegistry
+from ...images.files import remove_tree
+from ...quantities import parse_cpu, parse_memory
+from ...records import AgentEndpoint, SandboxRecord, load_record, save_record
+from ...settings import Settings
+from ..base import RESTART_LOSS, BackendError, ImageUnavailable, SandboxRegistry
+from .agent import LocalAgent
 from .bubblewrap import HolderSpec, bwrap_path, bwrap_usable, start_holder
 from .cgroups import Cgroups, Limits
 from .egress import egress_available, start_egress
@@ -45,8 +46,7 @@ from .host_view import (
     skeleton,
 )
 from .image_roots import ImageRoots
-from .local_agent import LocalAgent
-from .local_images import ImageSource, LocalImages, run_as
+from .images import ImageSource, LocalImages, run_as
 from .processes import is_alive, kill_and_wait, start_time
 from .uid_ranges import NoFreeRange, UidRanges
 
@@ -633,7 +633,7 @@ class LocalBackend:
             ]
             holder = None
         how: dict[str, Any] | None = record.backend_state.get("run_as")
-        if how is not None:  # a stored image: Docker's rules (``local_images.run_as``)
+        if how is not None:  # a stored image: Docker's rules (``local.images.run_as``)
             env = {**how["env"], **record.env}
             workdir = record.workdir or how["workdir"]
         else:

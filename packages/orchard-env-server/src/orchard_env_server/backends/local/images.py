@@ -2,7 +2,7 @@
 
 ``host`` is the machine's own root (shown through ``host_view``); an absolute path is a
 root filesystem directory or a tar archive of one, allowed only under a directory the
-operator named (``local_rootfs``); anything else is an image reference
+operator named (``local.rootfs``); anything else is an image reference
 (``python:3.11-slim``, ``127.0.0.1:5000/team/tool@sha256:…``) looked up in the image
 store under the state dir, pulled into it first when it is missing and pulling is on.
 Concurrent creates of one missing image wait on a single pull.
@@ -24,7 +24,7 @@ import attrs
 
 from orchard_env_agent import anchored
 
-from ..images import (
+from ...images import (
     BadImage,
     ImageConfig,
     ImageError,
@@ -33,10 +33,10 @@ from ..images import (
     StoredImage,
     normalize_reference,
 )
-from ..images.registry import canonical_registry
-from ..settings import Settings
-from .base import BackendError, ImageUnavailable
-from .local_rootfs import RootfsDirs
+from ...images.registry import canonical_registry
+from ...settings import Settings
+from ..base import BackendError, ImageUnavailable
+from .rootfs import RootfsDirs
 
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HOW_TO_GET = (

@@ -18,7 +18,7 @@ import httpx
 
 from orchard_env_agent.build import build_id
 
-from .base import BackendError
+from ..base import BackendError
 from .processes import is_alive, kill_and_wait, start_time
 
 log = logging.getLogger("orchard_env_server")

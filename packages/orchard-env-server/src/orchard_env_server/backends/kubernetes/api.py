@@ -32,7 +32,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config import kube_config
 
-from .base import BackendError
+from ..base import BackendError
 
 log = logging.getLogger("orchard_env_server")
 

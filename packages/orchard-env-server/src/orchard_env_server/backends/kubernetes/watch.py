@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from .kubernetes_api import KubeApi, KubeError
+from .api import KubeApi, KubeError
 
 log = logging.getLogger("orchard_env_server")
 

@@ -15,31 +15,17 @@ from typing import Any
 
 import attrs
 
-from .base import BackendError
-from .docker_api import DockerEngine, EngineError
-from .hardening import docker_confinement
+from ..base import BackendError
+from ..hardening import docker_confinement
+from ..injection import AGENT_MOUNT, agent_entry, label
+from .api import DockerEngine, EngineError
 
 log = logging.getLogger("orchard_env_server")
 
-AGENT_MOUNT = "/.orchard/agent"  # where the bundle appears inside a sandbox, read-only
-RUN_MOUNT = "/.orchard/run"  # the agent's socket and token, shared with the orchestrator
 COMPLETE_MARKER = ".complete"
-_VOLUME_LABEL = "org.orchard.agent-image"
+_VOLUME_LABEL = label("agent-image")
 _INJECTOR_ROOT = "/orchard-agent"  # where the injector image holds the bundle
 _BUSYBOX = f"{_INJECTOR_ROOT}/bin/busybox"
-
-
-def agent_entry(root: str = AGENT_MOUNT) -> list[str]:
-    """The bundle's own loader runs its own Python: nothing of the image is needed."""
-    return [
-        f"{root}/lib/ld-linux-x86-64.so.2",
-        "--library-path",
-        f"{root}/lib",
-        f"{root}/bin/python3.11",
-        "-I",
-        "-m",
-        "orchard_env_agent",
-    ]
 
 
 @attrs.frozen
@@ -141,7 +127,7 @@ async def _run_injector(engine: DockerEngine, image: str, volume: str, argv: lis
         "Image": image,
         "Entrypoint": argv[:1],
         "Cmd": argv[1:],
-        "Labels": {"org.orchard.role": "agent-injector"},
+        "Labels": {label("role"): "agent-injector"},
         "HostConfig": {
             **docker_confinement(),
             "NetworkMode": "none",

@@ -29,7 +29,7 @@ from typing import Any
 
 import attrs
 
-from .kubernetes_spec import (
+from .spec import (
     AGENT_PORT,
     GROUP,
     LABEL_NETWORK,

@@ -11,7 +11,7 @@ without a cluster. A sandbox is three objects sharing one name:
 Every sandbox pod runs under the runtime's default seccomp profile, with all capabilities
 dropped but ``SANDBOX_CAPABILITIES`` and no privilege escalation, in the runtime class
 of the settings (gVisor, Kata) if one is named. The namespace's shared policies (other
-sandboxes and the API server out of reach) are in ``kubernetes_network``.
+sandboxes and the API server out of reach) are in ``kubernetes.network``.
 
 The pod carries what any orchestrator replica needs to serve the sandbox: labels to select
 it, and the record (less env and token) as a JSON annotation.
@@ -25,15 +25,14 @@ import math
 import re
 from typing import Any
 
-from ..quantities import parse_cpu
-from ..records import SandboxRecord
-from ..settings import Settings
-from .base import BackendError
-from .docker_injection import AGENT_MOUNT, agent_entry
-from .docker_spec import memory_limit
-from .hardening import SANDBOX_CAPABILITIES
+from ...quantities import parse_cpu
+from ...records import SandboxRecord
+from ...settings import Settings
+from ..base import BackendError
+from ..hardening import SANDBOX_CAPABILITIES
+from ..injection import AGENT_MOUNT, LABEL_PREFIX, agent_entry, memory_limit
 
-GROUP = "orchard.dev"
+GROUP = LABEL_PREFIX.rstrip("/")
 LABEL_ROLE = f"{GROUP}/role"
 LABEL_SANDBOX = f"{GROUP}/sandbox-id"
 LABEL_NAME = f"{GROUP}/name"

@@ -25,13 +25,14 @@ from typing import Any
 
 import aiohttp
 
-from ..records import AgentEndpoint, SandboxRecord, load_record, save_record
-from ..settings import Settings
-from ..unix_sockets import PinnedUnixConnector
-from .base import RESTART_LOSS, BackendError, BackendUnavailable, SandboxRegistry
-from .docker_api import DockerEngine, EngineError
-from .docker_injection import AgentMount, prepare_agent_mount
-from .docker_spec import (
+from ...records import AgentEndpoint, SandboxRecord, load_record, save_record
+from ...settings import Settings
+from ...unix_sockets import PinnedUnixConnector
+from ..base import RESTART_LOSS, BackendError, BackendUnavailable, SandboxRegistry
+from ..hardening import engine_seccomp_warning
+from .api import DockerEngine, EngineError
+from .injection import AgentMount, prepare_agent_mount
+from .spec import (
     AGENT_SOCKET,
     AGENT_TOKEN_FILE,
     LABEL_ORCHESTRATOR,
@@ -39,7 +40,6 @@ from .docker_spec import (
     container_name,
     container_spec,
 )
-from .hardening import engine_seccomp_warning
 
 log = logging.getLogger("orchard_env_server")
 

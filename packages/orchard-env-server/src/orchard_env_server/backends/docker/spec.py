@@ -4,30 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..quantities import parse_cpu, parse_memory
-from ..records import SandboxRecord
-from ..settings import Settings
-from .base import BackendError
-from .docker_injection import RUN_MOUNT, AgentMount, agent_entry
-from .hardening import docker_confinement
+from ...quantities import parse_cpu
+from ...records import SandboxRecord
+from ...settings import Settings
+from ..base import BackendError
+from ..hardening import docker_confinement
+from ..injection import RUN_MOUNT, agent_entry, label, memory_limit
+from .injection import AgentMount
 
-LABEL_SANDBOX = "org.orchard.sandbox-id"
-LABEL_TENANT = "org.orchard.tenant"
-LABEL_ORCHESTRATOR = "org.orchard.orchestrator"
+LABEL_SANDBOX = label("sandbox-id")
+LABEL_TENANT = label("tenant")
+LABEL_ORCHESTRATOR = label("orchestrator")
 AGENT_SOCKET = f"{RUN_MOUNT}/agent.sock"
 AGENT_TOKEN_FILE = f"{RUN_MOUNT}/token"
-MIN_MEMORY_BYTES = 32 << 20  # below this the agent itself cannot run
-
-
-def memory_limit(value: str) -> int:
-    """A sandbox's memory limit in bytes; ValueError when unreadable or too small."""
-    memory = parse_memory(value)
-    if memory < MIN_MEMORY_BYTES:
-        raise ValueError(
-            f"memory {value!r} is below the {MIN_MEMORY_BYTES >> 20} MiB "
-            "a sandbox needs for its agent"
-        )
-    return memory
 
 
 def container_name(sandbox_id: str) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from .kubernetes_spec import INIT_CONTAINER, MAIN_CONTAINER
+from .spec import INIT_CONTAINER, MAIN_CONTAINER
 
 DEADLINE_EXCEEDED = "DeadlineExceeded"  # status.reason of a pod past activeDeadlineSeconds
 # How long past its grace period a deleted pod may still be there before it is

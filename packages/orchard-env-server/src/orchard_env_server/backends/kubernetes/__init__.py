@@ -1,0 +1,7 @@
+"""The Kubernetes backend: one Pod per sandbox, served straight at its pod IP."""
+
+from __future__ import annotations
+
+from .backend import KubernetesBackend
+
+__all__ = ["KubernetesBackend"]
