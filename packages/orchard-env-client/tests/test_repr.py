@@ -82,4 +82,4 @@ async def test_the_async_objects_read_the_same_under_their_own_names(fake):
         assert repr(sandbox) == "<AsyncSandbox sb-1 image=host state=ready>"
         job = await sandbox.start("true")
         await job.wait()
-        assert repr(job) == "<AsyncJob job-1 state=succeeded exit_code=0>"
+        assert repr(job) == "<AsyncJobHandle job-1 state=succeeded exit_code=0>"

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.fast
 PAIRS = [
     (oc.SandboxClient, oc.AsyncSandboxClient),
     (oc.Sandbox, oc.AsyncSandbox),
-    (oc.JobHandle, oc.AsyncJob),
+    (oc.JobHandle, oc.AsyncJobHandle),
 ]
 
 

@@ -1,31 +1,46 @@
-"""The client's attrs models and the server's OpenAPI schema name the same fields."""
+"""The client's attrs models and the server's OpenAPI schema describe the same JSON: the
+same fields, of the same types, required alike; and the client maps only error codes the
+service sends."""
 
 from __future__ import annotations
+
+import re
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
 
+import orchard_env_agent
+import orchard_env_client.errors as client_errors
 import orchard_env_client.models as client_models
+import orchard_env_server
 from orchard_env_server.app import create_app
 from orchard_env_server.settings import Settings
 
 pytestmark = pytest.mark.fast
 
-# server schema name -> client model name
+# server schema name -> client model name: the same names on both sides
 PAIRS = {
-    "CreateSandboxRequest": "CreateSandboxRequest",
-    "ExecRequest": "ExecRequest",
-    "ApplyPatchRequest": "ApplyPatchRequest",
-    "WriteFileRequest": "WriteFileRequest",
-    "SandboxInfo": "Sandbox",
-    "JobInfo": "Job",
-    "Usage": "Usage",
-    "PatchResult": "PatchResult",
-    "FileEntry": "FileInfo",
-    "FileList": "FileList",
-    "WriteFileResult": "WriteFileResult",
-    "DeleteResult": "DeleteResult",
-    "Health": "Health",
+    name: name
+    for name in (
+        "CreateSandboxRequest",
+        "ExecRequest",
+        "ApplyPatchRequest",
+        "WriteFileRequest",
+        "Sandbox",
+        "Job",
+        "Usage",
+        "PatchResult",
+        "FileInfo",
+        "FileList",
+        "WriteFileResult",
+        "DeleteResult",
+        "Health",
+    )
 }
 
 
@@ -70,3 +85,100 @@ def test_every_contract_route_is_served(tmp_path):
         "/sandboxes/{sandbox_id}/ports/{port}/{path}",
     ]
     assert [p for p in expected if p not in paths] == []
+
+
+# ---------------------------------------------------------------- types and required fields
+
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
+
+
+def _client_types(annotation: Any) -> set[str]:
+    """The JSON types a client field's annotation admits."""
+    origin = typing.get_origin(annotation)
+    if origin in (types.UnionType, typing.Union):
+        return set().union(*(_client_types(arm) for arm in typing.get_args(annotation)))
+    if origin is typing.Literal:
+        return {_JSON_TYPES[type(value)] for value in typing.get_args(annotation)}
+    if origin in (dict, Mapping) or annotation is dict:
+        return {"object"}
+    if origin is list or annotation is list:
+        return {"array"}
+    if isinstance(annotation, type) and attrs.has(annotation):
+        return {"object"}
+    return {_JSON_TYPES[annotation]}
+
+
+def _server_types(prop: dict[str, Any]) -> set[str]:
+    """The JSON types a server property's schema admits ($ref: an object)."""
+    if "anyOf" in prop:
+        return set().union(*(_server_types(arm) for arm in prop["anyOf"]))
+    if "$ref" in prop:
+        return {"object"}
+    kind = prop.get("type")
+    if kind is None:  # no constraint: any JSON value
+        return {"string", "integer", "number", "boolean", "object", "array", "null"}
+    return {kind} if isinstance(kind, str) else set(kind)
+
+
+def _widened(kinds: set[str]) -> set[str]:
+    """JSON's integers are numbers: a number field takes them too."""
+    return kinds | {"integer"} if "number" in kinds else kinds
+
+
+REQUESTS = [name for name in PAIRS if name.endswith("Request")]
+
+
+@pytest.mark.parametrize(("server_name", "client_name"), list(PAIRS.items()))
+def test_field_types_agree(schemas, server_name, client_name):
+    """A request field's client type admits nothing the server refuses; a response
+    field's client type admits everything the server may send (a client float takes the
+    server's integers, as JSON does)."""
+    model = getattr(client_models, client_name)
+    hints = typing.get_type_hints(model)
+    request = server_name in REQUESTS
+    mismatched = {}
+    for name, prop in schemas[server_name]["properties"].items():
+        server, client = _widened(_server_types(prop)), _widened(_client_types(hints[name]))
+        narrower, wider = (client, server) if request else (server, client)
+        if not narrower <= wider:
+            mismatched[name] = {"server": sorted(server), "client": sorted(client)}
+    assert mismatched == {}
+
+
+@pytest.mark.parametrize("name", REQUESTS)
+def test_request_models_require_what_the_server_requires(schemas, name):
+    client = getattr(client_models, PAIRS[name])
+    must = {f.name for f in attrs.fields(client) if f.default is attrs.NOTHING}
+    assert must == set(schemas[name].get("required", []))
+
+
+@pytest.mark.parametrize("name", [n for n in PAIRS if n not in REQUESTS])
+def test_response_models_require_only_what_the_server_always_sends(schemas, name):
+    """A client field with no default must be in every answer: else parsing would fail on
+    an answer the server may give."""
+    client = getattr(client_models, PAIRS[name])
+    must = {f.name for f in attrs.fields(client) if f.default is attrs.NOTHING}
+    assert must <= set(schemas[name].get("required", []))
+
+
+# ---------------------------------------------------------------- error codes
+
+_SOURCES = [
+    Path(orchard_env_server.__file__).parent,
+    Path(orchard_env_agent.__file__).parent,
+]
+
+
+def _string_literals() -> set[str]:
+    found: set[str] = set()
+    for root in _SOURCES:
+        for path in root.rglob("*.py"):
+            found |= set(re.findall(r"\"([a-z_]+)\"", path.read_text()))
+    return found
+
+
+def test_every_error_code_the_client_maps_is_one_the_service_sends():
+    """The client's code → exception map names no code that neither the orchestrator nor
+    the agent ever puts in an error body."""
+    sent = _string_literals()
+    assert sorted(code for code in client_errors._BY_CODE if code not in sent) == []

@@ -11,7 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 from . import models
 from ._client import AsyncSandboxClient
 from ._http import RetryPolicy, pooled_transport
-from ._sandbox import AsyncJob, AsyncSandbox
+from ._sandbox import AsyncJobHandle, AsyncSandbox
 from .errors import (
     AuthError,
     BadRequest,
@@ -40,8 +40,12 @@ try:
 except PackageNotFoundError:  # running from a source tree without metadata
     __version__ = "0.0.0"
 
+AsyncJob = AsyncJobHandle
+"""The earlier name of :class:`AsyncJobHandle` (the async twin of ``JobHandle``)."""
+
 __all__ = [
     "AsyncJob",
+    "AsyncJobHandle",
     "AsyncSandbox",
     "AsyncSandboxClient",
     "AuthError",

@@ -1,4 +1,4 @@
-"""The async handles: ``AsyncSandbox`` (one sandbox) and ``AsyncJob`` (one background job).
+"""The async handles: ``AsyncSandbox`` (one sandbox) and ``AsyncJobHandle`` (one background job).
 
 Public signatures here use only builtins, ``Any``, ``AsyncIterator``, ``os`` and
 ``models.*`` names: the sync stub (``sync.pyi``) is generated from them.
@@ -65,7 +65,7 @@ def _done(status: str) -> bool:
     return status in ("succeeded", "failed")
 
 
-class AsyncJob:
+class AsyncJobHandle:
     """A command started with ``AsyncSandbox.start``: poll, wait for or cancel it."""
 
     job_id: str
@@ -258,15 +258,15 @@ class AsyncSandbox:
         env: dict[str, str] | None = None,
         stdin: str | None = None,
         login_shell: bool = False,
-    ) -> AsyncJob:
+    ) -> AsyncJobHandle:
         """Start a command in the background and return its job handle at once."""
         body = self._exec_body(command, timeout, cwd, env, stdin, login_shell, wait=False)
         data = await self._client._http.json("POST", f"{self._path}/exec", json=body)
-        return AsyncJob(self._client, str(data["job_id"]), self.sandbox_id)
+        return AsyncJobHandle(self._client, str(data["job_id"]), self.sandbox_id)
 
-    def job(self, job_id: str) -> AsyncJob:
+    def job(self, job_id: str) -> AsyncJobHandle:
         """A handle on an existing job of this sandbox, by id (no request is sent)."""
-        return AsyncJob(self._client, job_id, self.sandbox_id)
+        return AsyncJobHandle(self._client, job_id, self.sandbox_id)
 
     async def apply_patch(self, patch: str, timeout: float = 30) -> models.PatchResult:
         """Apply a unified diff in the exec cwd (git apply, 3-way, then patch --fuzz)."""

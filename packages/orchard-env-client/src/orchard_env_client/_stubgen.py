@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from ._client import AsyncSandboxClient
-from ._sandbox import AsyncJob, AsyncSandbox
+from ._sandbox import AsyncJobHandle, AsyncSandbox
 from ._syncify import public_members
 
 CLASSES: list[tuple[type, str]] = [
-    (AsyncJob, "JobHandle"),
+    (AsyncJobHandle, "JobHandle"),
     (AsyncSandbox, "Sandbox"),
     (AsyncSandboxClient, "SandboxClient"),
 ]

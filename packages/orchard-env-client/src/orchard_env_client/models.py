@@ -318,4 +318,4 @@ RESPONSE_MODELS: dict[str, type[_Model]] = {
     "FileList": FileList,
     "Health": Health,
 }
-"""Response bodies by client name (server names may differ, e.g. ``SandboxInfo``, ``JobInfo``)."""
+"""Response bodies by name (the server's schema names are the same)."""

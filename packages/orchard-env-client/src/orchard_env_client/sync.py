@@ -16,13 +16,13 @@ import inspect
 from typing import Any
 
 from ._client import AsyncSandboxClient
-from ._sandbox import AsyncJob, AsyncSandbox
+from ._sandbox import AsyncJobHandle, AsyncSandbox
 from ._syncify import Portal, SyncWrapper
 
 __all__ = ["JobHandle", "Sandbox", "SandboxClient"]
 
 
-class JobHandle(SyncWrapper, wraps=AsyncJob):
+class JobHandle(SyncWrapper, wraps=AsyncJobHandle):
     """A background job (from ``Sandbox.start``): ``status()``, ``wait()``, ``cancel()``."""
 
 

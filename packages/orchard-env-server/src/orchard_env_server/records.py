@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from .schemas import CreateSandboxRequest, SandboxInfo
+from .schemas import CreateSandboxRequest, Sandbox
 
 
 @attrs.define
@@ -104,8 +104,8 @@ class SandboxRecord:
         if status in ("failed", "terminated"):
             self.finished_at = time.monotonic()
 
-    def info(self) -> SandboxInfo:
-        return SandboxInfo(
+    def info(self) -> Sandbox:
+        return Sandbox(
             sandbox_id=self.sandbox_id,
             image=self.image,
             status=self.status,  # type: ignore[arg-type]

@@ -89,7 +89,7 @@ class CreateSandboxRequest(_Strict):
         return self
 
 
-class SandboxInfo(BaseModel):
+class Sandbox(BaseModel):
     sandbox_id: str
     image: str
     status: SandboxStatus
@@ -107,7 +107,7 @@ class SandboxInfo(BaseModel):
 
 
 class SandboxList(BaseModel):
-    sandboxes: list[SandboxInfo]
+    sandboxes: list[Sandbox]
 
 
 class DeleteResult(BaseModel):
@@ -155,7 +155,7 @@ class Usage(BaseModel):
     max_rss_bytes: int | None = None
 
 
-class JobInfo(BaseModel):
+class Job(BaseModel):
     job_id: str
     sandbox_id: str
     command: str | list[str]
@@ -215,7 +215,7 @@ class FileContent(BaseModel):
     size: int
 
 
-class FileEntry(BaseModel):
+class FileInfo(BaseModel):
     name: str
     type: Literal["file", "directory", "symlink"]
     size: int
@@ -224,7 +224,7 @@ class FileEntry(BaseModel):
 
 class FileList(BaseModel):
     path: str
-    files: list[FileEntry]
+    files: list[FileInfo]
 
 
 class ErrorBody(BaseModel):

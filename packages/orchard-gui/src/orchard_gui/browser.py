@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 import httpx
 
-from orchard_env_client import AsyncJob, AsyncSandbox
+from orchard_env_client import AsyncJobHandle, AsyncSandbox
 from orchard_env_client.errors import OrchardError
 
 from .actions import Action
@@ -188,7 +188,7 @@ class BrowserSession:
     def __init__(
         self,
         sandbox: AsyncSandbox,
-        job: AsyncJob,
+        job: AsyncJobHandle,
         runtime: BrowserRuntime,
         *,
         port: int,
@@ -376,7 +376,7 @@ class BrowserSession:
             await _cancel_quietly(self.job)
 
 
-async def _cancel_quietly(job: AsyncJob) -> None:
+async def _cancel_quietly(job: AsyncJobHandle) -> None:
     try:
         if not (await job.refresh()).done:
             await job.cancel()
@@ -390,7 +390,7 @@ def _tail(text: str | None, limit: int = 3000) -> str:
 
 
 async def _wait_healthy(
-    sandbox: AsyncSandbox, job: AsyncJob, port: int, instance: str, timeout: float
+    sandbox: AsyncSandbox, job: AsyncJobHandle, port: int, instance: str, timeout: float
 ) -> str:
     """Poll ``GET /health`` until this start's server answers; its Chromium version."""
     deadline = time.monotonic() + timeout

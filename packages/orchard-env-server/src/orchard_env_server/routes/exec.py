@@ -19,7 +19,7 @@ from ..agent_client import AgentClient, AgentUnreachable, stream_body
 from ..auth import presented_key, tenant_for
 from ..errors import ApiError, job_not_found
 from ..records import AgentEndpoint, SandboxRecord
-from ..schemas import ApplyPatchRequest, ExecRequest, JobInfo, JobQueued, PatchResult
+from ..schemas import ApplyPatchRequest, ExecRequest, Job, JobQueued, PatchResult
 from ..service import SandboxService
 from ..unix_sockets import pinned_socket
 from .deps import agents, request_id
@@ -39,7 +39,7 @@ def _lost_reason(why: str) -> str:
     return f"the sandbox's agent went away while the job ran ({why})"
 
 
-@router.post("/sandboxes/{sandbox_id}/exec", response_model=JobInfo | JobQueued)
+@router.post("/sandboxes/{sandbox_id}/exec", response_model=Job | JobQueued)
 async def exec_command(
     sandbox_id: str, body: ExecRequest, tenant: Tenant, svc: Service, ag: Agents, rid: RequestId
 ) -> JSONResponse:
@@ -185,12 +185,12 @@ async def _job_call(
         ) from None
 
 
-@router.get("/jobs/{job_id}", response_model=JobInfo)
+@router.get("/jobs/{job_id}", response_model=Job)
 async def get_job(job_id: str, tenant: Tenant, svc: Service, ag: Agents) -> JSONResponse:
     return JSONResponse(await _job_call(svc, ag, tenant, "GET", "", job_id))
 
 
-@router.get("/jobs/{job_id}/wait", response_model=JobInfo)
+@router.get("/jobs/{job_id}/wait", response_model=Job)
 async def wait_job(
     job_id: str,
     tenant: Tenant,
@@ -212,7 +212,7 @@ async def wait_job(
     return JSONResponse(job)
 
 
-@router.post("/jobs/{job_id}/cancel", response_model=JobInfo)
+@router.post("/jobs/{job_id}/cancel", response_model=Job)
 async def cancel_job(job_id: str, tenant: Tenant, svc: Service, ag: Agents) -> JSONResponse:
     return JSONResponse(await _job_call(svc, ag, tenant, "POST", "/cancel", job_id))
 

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from ..auth import require_tenant
 from ..errors import bad_request
-from ..schemas import CreateSandboxRequest, DeleteResult, SandboxInfo, SandboxList
+from ..schemas import CreateSandboxRequest, DeleteResult, Sandbox, SandboxList
 from ..service import SandboxService
 from .deps import service
 
@@ -28,7 +28,7 @@ def _parse_labels(raw: list[str]) -> dict[str, str]:
     return labels
 
 
-@router.post("/sandboxes", status_code=201, response_model=SandboxInfo)
+@router.post("/sandboxes", status_code=201, response_model=Sandbox)
 async def create_sandbox(body: CreateSandboxRequest, tenant: Tenant, svc: Service) -> JSONResponse:
     """Create a sandbox; answers at once with its status (usually already ``ready``)."""
     record = await svc.create(tenant, body)
@@ -48,24 +48,24 @@ async def list_sandboxes(
     return SandboxList(sandboxes=[r.info() for r in svc.list(tenant, _parse_labels(label))])
 
 
-@router.get("/sandboxes/{sandbox_id}", response_model=SandboxInfo)
-async def get_sandbox(sandbox_id: str, tenant: Tenant, svc: Service) -> SandboxInfo:
+@router.get("/sandboxes/{sandbox_id}", response_model=Sandbox)
+async def get_sandbox(sandbox_id: str, tenant: Tenant, svc: Service) -> Sandbox:
     return svc.get(tenant, sandbox_id).info()
 
 
-@router.get("/sandboxes/{sandbox_id}/wait", response_model=SandboxInfo)
+@router.get("/sandboxes/{sandbox_id}/wait", response_model=Sandbox)
 async def wait_sandbox(
     sandbox_id: str,
     tenant: Tenant,
     svc: Service,
     timeout: Annotated[float, Query(gt=0, le=3600)] = 60.0,
-) -> SandboxInfo:
+) -> Sandbox:
     """Block until ready or failed; 408 when ``timeout`` runs out first."""
     return (await svc.wait(tenant, sandbox_id, timeout)).info()
 
 
-@router.post("/sandboxes/{sandbox_id}/heartbeat", response_model=SandboxInfo)
-async def heartbeat(sandbox_id: str, tenant: Tenant, svc: Service) -> SandboxInfo:
+@router.post("/sandboxes/{sandbox_id}/heartbeat", response_model=Sandbox)
+async def heartbeat(sandbox_id: str, tenant: Tenant, svc: Service) -> Sandbox:
     """Refresh the idle timer (any request does; this one does nothing else)."""
     return svc.get(tenant, sandbox_id).info()
 
