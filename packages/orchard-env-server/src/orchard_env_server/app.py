@@ -43,7 +43,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         service = SandboxService(settings, backend, app.state.agents)
         await service.start()
         app.state.service = service
-        for warning in backend.info().get("warnings", []):
+        for warning in backend.info().warnings:
             log.warning(warning)
         try:
             yield
@@ -79,15 +79,15 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
             status="ok",
             backend=backend.name,
             version=__version__,
-            isolation=info.get("isolation"),
-            isolation_details=info.get("isolation_details", []),
-            warnings=info.get("warnings", []),
+            isolation=info.isolation,
+            isolation_details=info.isolation_details,
+            warnings=info.warnings,
         )
 
     @app.get("/resources", tags=["service"])
     async def resources(request: Request) -> JSONResponse:
         await require_tenant(request)
-        data = await backend.resources()
+        data = (await backend.resources()).to_json()
         data["sandboxes_known"] = request.app.state.service.count()
         return JSONResponse(data)
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
+
+import attrs
 
 from ..records import SandboxRecord
 
@@ -32,6 +35,34 @@ class ImageUnavailable(BackendError):
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
         self.reason = reason
+
+
+@attrs.frozen
+class BackendInfo:
+    """Static facts for ``/health``: the isolation in force, what it consists of (one fact a
+    line) and what an operator should know (no limits, no egress, an engine error)."""
+
+    isolation: str
+    isolation_details: list[str] = attrs.Factory(list)
+    warnings: list[str] = attrs.Factory(list)
+
+
+@attrs.frozen
+class Resources:
+    """Capacity and use for ``/resources``: what every backend reports, and ``details``
+    of its own (engine version, namespace, watch statistics, ...)."""
+
+    backend: str
+    isolation: str
+    sandboxes_running: int
+    cpu_count: float | None
+    memory_total_bytes: int | None
+    details: Mapping[str, Any] = attrs.Factory(dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``/resources`` body: the common fields, then the backend's own."""
+        common = attrs.asdict(self, filter=lambda a, _: a.name != "details")
+        return {**common, **self.details}
 
 
 RESTART_LOSS = "the sandbox died while the orchestrator was down and was cleaned up on restart"
@@ -81,8 +112,8 @@ class Backend(Protocol):
     async def check(self, record: SandboxRecord) -> str | None:
         """None while the sandbox is alive, else why it is not."""
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> BackendInfo:
         """Static facts for ``/health`` (isolation mode, warnings)."""
 
-    async def resources(self) -> dict[str, Any]:
+    async def resources(self) -> Resources:
         """Capacity and use for ``/resources``."""

@@ -28,7 +28,14 @@ import aiohttp
 from ...records import AgentEndpoint, SandboxRecord, load_record, save_record
 from ...settings import Settings
 from ...unix_sockets import PinnedUnixConnector
-from ..base import RESTART_LOSS, BackendError, BackendUnavailable, SandboxRegistry
+from ..base import (
+    RESTART_LOSS,
+    BackendError,
+    BackendInfo,
+    BackendUnavailable,
+    Resources,
+    SandboxRegistry,
+)
 from ..hardening import engine_seccomp_warning
 from .api import DockerEngine, EngineError
 from .injection import AgentMount, prepare_agent_mount
@@ -234,25 +241,27 @@ class DockerBackend:
         return self._dead.get(record.backend_state.get("container_id", ""))
 
     # -- facts ----------------------------------------------------------------------
-    def info(self) -> dict[str, Any]:
+    def info(self) -> BackendInfo:
         warnings = [w for w in (self._engine_error, self._seccomp_warning) if w]
-        return {"isolation": "docker", "warnings": warnings}
+        return BackendInfo("docker", warnings=warnings)
 
-    async def resources(self) -> dict[str, Any]:
+    async def resources(self) -> Resources:
         try:
             info = await self._engine.info()
         except EngineError as exc:
             raise BackendUnavailable(str(exc)) from exc
-        return {
-            "backend": self.name,
-            "isolation": "docker",
-            "engine": self._engine.address,
-            "engine_version": info.get("ServerVersion"),
-            "sandboxes_running": len(self._containers),
-            "cpu_count": info.get("NCPU"),
-            "memory_total_bytes": info.get("MemTotal"),
-            "containers_running": info.get("ContainersRunning"),
-        }
+        return Resources(
+            backend=self.name,
+            isolation="docker",
+            sandboxes_running=len(self._containers),
+            cpu_count=info.get("NCPU"),
+            memory_total_bytes=info.get("MemTotal"),
+            details={
+                "engine": self._engine.address,
+                "engine_version": info.get("ServerVersion"),
+                "containers_running": info.get("ContainersRunning"),
+            },
+        )
 
     # -- watching the engine --------------------------------------------------------
     async def _list_ours(self) -> list[dict[str, Any]]:

@@ -31,7 +31,14 @@ from typing import Any
 from ...quantities import parse_cpu, parse_memory
 from ...records import AgentEndpoint, SandboxRecord
 from ...settings import Settings
-from ..base import BackendError, BackendUnavailable, SandboxExists, SandboxRegistry
+from ..base import (
+    BackendError,
+    BackendInfo,
+    BackendUnavailable,
+    Resources,
+    SandboxExists,
+    SandboxRegistry,
+)
 from .api import (
     CredentialFiles,
     KubeApi,
@@ -677,24 +684,21 @@ class KubernetesBackend:
         task.add_done_callback(self._background.discard)
 
     # -- facts ----------------------------------------------------------------------
-    def info(self) -> dict[str, Any]:
+    def info(self) -> BackendInfo:
         warnings = [w.error for w in (self._pods, self._secrets) if w is not None and w.error]
-        return {"isolation": "kubernetes", "warnings": warnings}
+        return BackendInfo("kubernetes", warnings=warnings)
 
-    async def resources(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "backend": self.name,
-            "isolation": "kubernetes",
+    async def resources(self) -> Resources:
+        details: dict[str, Any] = {
             "api_server": self.api.server,
             "namespace": self.api.namespace,
             "orchestrator_id": self._orchestrator,
-            "sandboxes_running": sum(1 for _, r in self._records() if r.status == "ready"),
             "pods_watched": len(self.pods.objects),
             "pod_states_kept": len(self._states),  # 0 once no pod needs anything more
             "watch": {"pods": self.pods.stats(), "secrets": self.token_secrets.stats()},
-            "cpu_count": None,
-            "memory_total_bytes": None,
         }
+        cpu_count: float | None = None
+        memory_total: int | None = None
         try:
             nodes = await self.api.nodes()
         except KubeError:
@@ -706,8 +710,16 @@ class KubernetesBackend:
                 with contextlib.suppress(ValueError):
                     cpu += parse_cpu(str(allocatable.get("cpu", "0")))
                     memory += parse_memory(str(allocatable.get("memory", "0")))
-            data.update(nodes=len(nodes), cpu_count=cpu, memory_total_bytes=int(memory))
-        return data
+            details["nodes"] = len(nodes)
+            cpu_count, memory_total = cpu, int(memory)
+        return Resources(
+            backend=self.name,
+            isolation="kubernetes",
+            sandboxes_running=sum(1 for _, r in self._records() if r.status == "ready"),
+            cpu_count=cpu_count,
+            memory_total_bytes=memory_total,
+            details=details,
+        )
 
 
 def _timestamp(raw: str | None) -> float | None:

@@ -31,7 +31,14 @@ from ...images.files import remove_tree
 from ...quantities import parse_cpu, parse_memory
 from ...records import AgentEndpoint, SandboxRecord, load_record, save_record
 from ...settings import Settings
-from ..base import RESTART_LOSS, BackendError, ImageUnavailable, SandboxRegistry
+from ..base import (
+    RESTART_LOSS,
+    BackendError,
+    BackendInfo,
+    ImageUnavailable,
+    Resources,
+    SandboxRegistry,
+)
 from .agent import LocalAgent
 from .bubblewrap import HolderSpec, bwrap_path, bwrap_usable, start_holder
 from .cgroups import Cgroups, Limits
@@ -515,7 +522,7 @@ class LocalBackend:
         return None
 
     # -- facts ----------------------------------------------------------------------
-    def info(self) -> dict[str, Any]:
+    def info(self) -> BackendInfo:
         if self.isolated:
             warnings = (
                 []
@@ -526,19 +533,15 @@ class LocalBackend:
                 warnings.append(self._agent.stale)
             if not self._egress:
                 warnings.append(f"sandboxes cannot have a network: {self._why_no_egress}")
-            return {
-                "isolation": "bubblewrap",
-                "isolation_details": self.isolation_details(),
-                "warnings": warnings,
-            }
-        return {
-            "isolation": "none",
-            "isolation_details": [
+            return BackendInfo("bubblewrap", self.isolation_details(), warnings)
+        return BackendInfo(
+            "none",
+            [
                 "none: commands run as the orchestrator's user, on the host's filesystem, "
                 "processes and network"
             ],
-            "warnings": [f"local sandboxes are not isolated: {self._why_not}"],
-        }
+            [f"local sandboxes are not isolated: {self._why_not}"],
+        )
 
     def isolation_details(self) -> list[str]:
         """What isolation is in force, one fact a line (``/health`` and the start log)."""
@@ -571,17 +574,20 @@ class LocalBackend:
             f"limits: {limits}",
         ]
 
-    async def resources(self) -> dict[str, Any]:
+    async def resources(self) -> Resources:
         usage = shutil.disk_usage(self._state)
-        return {
-            "backend": self.name,
-            "isolation": "bubblewrap" if self.isolated else "none",
-            "sandboxes_running": len(self._registered),
-            "cpu_count": os.cpu_count(),
-            "memory_total_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-            "memory_available_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"),
-            "disk_free_bytes": usage.free,
-        }
+        page = os.sysconf("SC_PAGE_SIZE")
+        return Resources(
+            backend=self.name,
+            isolation="bubblewrap" if self.isolated else "none",
+            sandboxes_running=len(self._registered),
+            cpu_count=os.cpu_count(),
+            memory_total_bytes=page * os.sysconf("SC_PHYS_PAGES"),
+            details={
+                "memory_available_bytes": page * os.sysconf("SC_AVPHYS_PAGES"),
+                "disk_free_bytes": usage.free,
+            },
+        )
 
     # -- helpers --------------------------------------------------------------------
     def _holder_alive(self, record: SandboxRecord) -> bool:
