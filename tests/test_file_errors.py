@@ -59,13 +59,14 @@ class Api:
             json={"command": command, "wait": True},
             timeout=120,
         ).json()
-        assert job["exit_code"] == 0, job
+        assert job.get("exit_code") == 0, job
         return str(job["stdout"])
 
 
 @pytest.fixture(scope="module")
 def api(server: RunningServer, image: str) -> Iterator[Api]:
     created = create_ready(server.url, {"image": image})
+    assert created.get("status") == "ready", created
     sandbox = Api(server.url, str(created["sandbox_id"]), server.backend)
     sandbox.run(
         f"mkdir -p {WHERE}/dir && cd {WHERE} && printf x > file && mkfifo fifo"

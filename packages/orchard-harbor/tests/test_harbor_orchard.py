@@ -32,16 +32,22 @@ PROVIDER = "orchard_harbor:OrchardEnvironment"
 
 
 def run_harbor(
-    venv: Path, agent: str, jobs: Path, env_args: list[str], extra_env: dict[str, str]
+    venv: Path,
+    agent: str,
+    jobs: Path,
+    env_args: list[str],
+    extra_env: dict[str, str],
+    tasks: Path = TASKS,
 ) -> tuple[dict[str, float | None], dict[str, float], float]:
-    """``harbor run`` of every task with ``agent``: rewards and seconds per task (a
-    trial's start to finish), and the wall time of the whole command."""
+    """``harbor run`` of every task in ``tasks`` (a task or a directory of them) with
+    ``agent``: rewards and seconds per task (a trial's start to finish), and the wall time
+    of the whole command."""
     job = f"{agent}-{time.monotonic_ns()}"
     argv = [
         str(venv / "bin" / "harbor"),
         "run",
         "-p",
-        str(TASKS),
+        str(tasks),
         "-a",
         agent,
         *env_args,
@@ -123,10 +129,12 @@ def test_orchard_oracle_passes_nop_fails(
 def test_orchard_reads_url_from_the_environment(
     harbor_venv: Path, orchard_server: RunningServer, tmp_path: Path
 ) -> None:
-    """``$ORCHARD_URL`` configures the provider when no ``--ek url=`` is given."""
+    """``$ORCHARD_URL`` configures the provider when no ``--ek url=`` is given (one task:
+    the setting, not the tasks, is under test)."""
     env = {"ORCHARD_URL": orchard_server.url}
-    rewards, _, _ = run_harbor(harbor_venv, "oracle", tmp_path, ["-e", PROVIDER], env)
-    assert rewards == dict.fromkeys(TASK_NAMES, 1.0)
+    one = TASKS / "hello-file"
+    rewards, _, _ = run_harbor(harbor_venv, "oracle", tmp_path, ["-e", PROVIDER], env, one)
+    assert rewards == {"hello-file": 1.0}
 
 
 def test_harbor_docker_gives_the_same_verdicts(

@@ -38,9 +38,11 @@ def test_gold_resolves_and_empty_does_not_on_every_builtin_task(server, tmp_path
     assert outcomes["empty"] == {t.instance_id: "unresolved" for t in tasks}
 
 
-def test_the_demo_distils_through_both_harnesses(server, tmp_path):
+def test_the_demo_distils_through_both_harnesses(local_server, tmp_path):
+    """The demo command end to end; one backend (distill itself runs on every backend in
+    test_distill.py, and the demo adds only its own CLI around it)."""
     out = tmp_path / "demo"
-    assert main(["demo", "--url", server.url, "--out", str(out)]) == 0
+    assert main(["demo", "--url", local_server.url, "--out", str(out)]) == 0
     for run in ("tools-gold", "tools-empty", "mini-gold", "mini-empty"):
         summary = json.loads((out / run / "summary.json").read_text())
         assert summary["attempts"] == len(load_tasks("builtin"))
