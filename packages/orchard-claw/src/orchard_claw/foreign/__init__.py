@@ -1,40 +1,11 @@
 """Foreign harnesses: third-party agent CLIs run *inside* the sandbox against our model.
 
-Each adapter is pure: from a :class:`HarnessRun` (model name, the model's base URL as seen
-inside the sandbox — ``http://127.0.0.1:<bridge port>/r/<run>/v1``, a service bridge to
-the recording proxy —, the task text, the workdir and a scratch home) it gives an
-:class:`Invocation` (files to write, argv, env, cwd, time limit), and from the harness's
-stdout and exit code a :class:`ForeignResult` (final answer, exit status, turns, tool calls,
-tokens). Running it is the caller's business (:mod:`orchard_claw.foreign_runner`)::
-
-    harness = HARNESSES["codex"]
-    inv = harness.invocation(HarnessRun(model=m, base_url=url, task=text))
-    for path, content in inv.files.items():
-        sandbox.upload_content(path, content)
-    job = sandbox.exec(inv.argv, env=dict(inv.env), cwd=inv.cwd, stdin=inv.stdin,
-                       timeout=inv.exec_timeout_s)
-    result = harness.parse(job.stdout, job.exit_code)
-
-The binaries live in the ``orchard-test/harnesses`` image (``infra/images/build``; the same
-tree as a rootfs directory for the local backend, ``/var/tmp/orchard-images/harnesses-rootfs``).
-
-Adding a harness (e.g. ZeroClaw, where its binary is available):
-
-1. Put its binary in the image: add the npm package to ``HARNESS_PACKAGES`` in
-   ``infra/images/build`` (or copy a static binary into ``/opt/harnesses/bin`` there) and to
-   ``HARNESS_BINS``; rebuild.
-2. Find how it runs without a terminal: a one-shot subcommand, a JSON (lines) output mode,
-   stdin from /dev/null, no approval prompts, and how it is pointed at an
-   OpenAI-compatible base URL (config file or env) — keep its config and state under
-   ``run.home``, never in the workdir.
-3. Write ``foreign/<name>.py`` with ``build(run) -> Invocation`` (use :func:`base_env` and
-   :func:`with_time_limit`) and ``parse(stdout, exit_code) -> ForeignResult`` (use
-   :func:`json_lines`, :func:`exit_status_of`), and a module-level ``HARNESS``; add it to
-   :data:`HARNESSES` below.
-4. Record what it requests (endpoint, streaming, tool names and schemas) in the module
-   docstring, so a scripted model can drive it, and add it to
-   ``tests/test_foreign_harnesses.py`` (a real run in the image against the in-sandbox
-   stub model).
+Each adapter is pure: from a :class:`HarnessRun` (model, the model's base URL as seen
+inside the sandbox, the task, workdir and a scratch home) it gives an :class:`Invocation`
+(files, argv, env, cwd, time limit), and from the harness's stdout and exit code a
+:class:`ForeignResult`; :mod:`orchard_claw.foreign_runner` runs it. The binaries live in the
+``orchard-test/harnesses`` image. How to add a harness: ``docs/claw.md`` ("Adding a
+harness").
 """
 
 from __future__ import annotations

@@ -1,38 +1,12 @@
 """Value estimators for credit-assignment SFT: Monte-Carlo replay and an LLM judge.
 
 Both implement :class:`orchard_swe.training.credit.Estimator`: ``await values(trajectory)``
-returns ``T + 1`` floats for ``T`` assistant turns, ``V[i] ≈ P(resolved | prefix i)``,
-where prefix ``i`` is the conversation before assistant turn ``i`` (turns ``0..i-1`` and
-their observations; prefix ``T`` is the whole trajectory). See ``docs/swe-credit-sft.md``.
-
-**Monte-Carlo replay** (:class:`MonteCarloReplay`). For prefix ``i`` and continuation ``j``:
-
-1. a fresh sandbox holds the task's repository at ``base_commit`` (:func:`prepare`, history
-   hidden, as ``distill`` runs episodes);
-2. the prefix's recorded actions are re-executed in order (:func:`restore_prefix`): the
-   tools harness's calls through the harness's own dispatcher (``bash``, the editor,
-   ``submit``), mini-swe-agent's fenced ``mswea_bash_command`` blocks as bash commands.
-   Each replayed observation is compared with the recorded one; mismatches are counted
-   as ``diverged`` (restoring is faithful only for deterministic commands);
-3. the harness that produced the trajectory carries on from the prefix's messages with the
-   policy (an OpenAI-compatible endpoint, a per-continuation seed in the request body):
-   the tools harness's loop in-process, mini-swe-agent's own ``DefaultAgent`` in a thread;
-4. the repository's diff is graded with :func:`orchard_swe.grading.grade` (an empty diff is
-   ``unresolved`` without grading), and the sandbox is deleted (always, in ``finally``).
-
-``V[i]`` is the resolved fraction of the continuations that ran; a continuation that failed
-for an infrastructure reason (sandbox, policy endpoint) is left out and recorded, and a
-prefix whose continuations all failed raises :class:`ReplayError`. The last prefix of a
-submitted, graded trajectory needs no rollout: its value is the verdict (1.0 if resolved).
-``stride`` > 1 estimates only every ``stride``-th prefix (and always the first and the
-last); the others are filled by :func:`fill_values` (linear interpolation, or carrying the
-last estimate forward).
-
-**LLM judge** (:class:`LLMJudge`). One chat request per prefix to an OpenAI-compatible
-``/chat/completions``: the task and the prefix rendered as a transcript, asking for the
-probability that the attempt resolves the issue. :func:`parse_probability` reads the
-answer; an unparseable answer is asked again (the bad answer and a reminder appended), then
-either raises :class:`JudgeError` or gives ``on_unparseable``.
+returns ``T + 1`` floats for ``T`` assistant turns, ``V[i] ≈ P(resolved | prefix i)``.
+:class:`MonteCarloReplay` restores each prefix in a fresh sandbox, lets the recording
+harness carry on with the policy ``K`` times and grades each continuation;
+:class:`LLMJudge` asks an OpenAI-compatible model for the probability. The steps, what
+counts as diverged or failed, striding and the judge's parsing are in
+``docs/swe-credit-sft.md``.
 """
 
 from __future__ import annotations

@@ -1,44 +1,13 @@
 """Framework-neutral RL rollouts: a bash agent in an Orchard sandbox, recorded token by token.
 
-``await rollout(task, policy, client)`` prepares the task's repository in a fresh sandbox
-(as ``distill`` does, history hidden), runs a simple text-protocol agent loop (each reply
-holds one ```bash block, run in the repository; ``submit`` ends it), takes the diff,
-grades it (:func:`orchard_swe.grading.grade`: reward 1.0 when ``resolved``, else 0.0) and
-returns a :class:`RolloutTrajectory`: per-turn token ids, loss mask and sampling logprobs,
-the messages, the reward and a status (``completed``, ``truncated``, ``time_exceeded``,
-``aborted``; the names of :class:`orchard_swe.training.bar.Status`).
-
-**Token bookkeeping.** Turn ``k`` records the tokens added to the context before its
-completion (``prompt_ids``: the whole chat-templated prompt for turn 0, afterwards the
-closing of the previous assistant turn plus the observation turn and the next generation
-prompt) and the completion's own ids, logprobs and loss mask. The context of turn ``k+1``
-is the context of turn ``k`` + its completion ids + the new prompt ids; it is never
-re-tokenised from text. So ``input_ids()`` (all turns concatenated) is exactly the
-sequence the policy conditioned on and produced, and ``loss_mask()`` is 1 on generated
-tokens only. The new prompt ids are the tokens of what the chat template appends for the
-observation (the render of the messages with the observation and a generation prompt,
-minus the render without it), and, when the completion did not end with the template's
-end-of-turn token (cut by length), that token too.
-
-**Policies** (:class:`Policy`):
-
-- :class:`TokenPolicy`: a token-in/token-out ``POST {base_url}/generate``. Request
-  ``{"input_ids": [int], "sampling_params": {"max_new_tokens": int, "temperature": float,
-  "top_p": float, "seed": int|null, "stop_token_ids": [int]|null}}``; answer
-  ``{"output_ids": [int], "output_logprobs": [float], "finish_reason": "stop"|"length"}``
-  (one logprob per output id, the sampled token's under the sampling distribution; the
-  stop token is part of ``output_ids`` when generated). SGLang's native answer shape
-  (``meta_info.output_token_logprobs`` and ``meta_info.finish_reason.type``) is read too.
-  The tiny LLM server implements it. No drift: the ids sent are the ids recorded.
-- :class:`ChatPolicy`: an OpenAI-compatible ``/chat/completions`` with ``logprobs: true``.
-  The completion's ids come from the returned logprobs' tokens: ``token_id:N`` (vLLM's
-  ``return_tokens_as_token_ids``) when the server spells them so, else each token's
-  ``bytes`` looked up in the tokenizer's vocabulary. Caveat: the server renders and
-  tokenises the conversation itself, so what it conditioned on may differ from the
-  recorded context (a different template, or a re-tokenisation of the history that
-  splits text differently from how it was generated). Each turn's ``drift`` says whether
-  the local re-render of the messages differs from the recorded context; a completion
-  whose tokens cannot be mapped is re-encoded from its text and flagged too.
+``await rollout(task, policy, client)`` prepares the task in a fresh sandbox, runs a
+text-protocol bash loop, grades the diff (reward 1.0 when ``resolved``) and returns a
+:class:`RolloutTrajectory`: per-turn prompt ids, completion ids, logprobs and loss mask,
+never re-tokenised from text, and a status named as :class:`orchard_swe.training.bar.Status`.
+Policies: :class:`TokenPolicy` (token-in/token-out ``/generate``, no drift) and
+:class:`ChatPolicy` (an OpenAI-compatible endpoint with logprobs; drift flagged per turn).
+The bookkeeping and both wire protocols are in ``docs/swe-training.md`` (section
+"Rollouts").
 """
 
 from __future__ import annotations

@@ -1,54 +1,13 @@
 """SFT data: trajectories and credit-assignment samples → tokenized chat samples with loss masks.
 
-Input: :class:`~orchard_swe.trajectory.Trajectory` records (every assistant message is a
-target) or the credit-assignment :class:`~orchard_swe.training.credit.SftSample` (its
-per-message ``loss_mask``: context 0, segment targets 1). Both become an ``SftSample``
-first, so credit samples go through exactly the same tokenization.
-
-**Messages.** A sample's messages are prepared for the tokenizer's chat template the way
-the tiny LLM server prepares a request (:func:`orchard_swe.tiny_llm_server.prepare_messages`),
-so training text and serving text agree: a template that renders OpenAI ``tool_calls``,
-``tool`` messages and ``tools`` gets them as such (arguments as objects); one that does not
-(SmolLM2's) gets the Hermes-style text the server would show the model:
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks after the assistant's
-text, ``tool`` messages as user messages wrapped in ``<tool_response>``, and the tool
-specs in the system prompt. Text-based harnesses (mini-swe-agent) need none of this: their
-assistant text is the action.
-
-**Masks.** The conversation is rendered prefix by prefix with ``apply_chat_template``
-(``messages[:1]``, ``messages[:2]``, ...): each render must extend the previous one, and the
-difference is that message's text. Each message's text is tokenized on its own; the
-concatenation must equal the tokenization of the full render (so every message owns an
-exact token span). A template or tokenizer for which either fails (one that rewrites
-earlier turns, e.g. drops old reasoning, or a tokenizer that merges across messages)
-raises :class:`TemplateError`: there is no exact mask for it. An assistant message is
-tokenized as the model produces it: its header (what ``add_generation_prompt`` renders,
-e.g. ``<|im_start|>assistant\\n``, part of the prompt) and its turn separately, so a turn
-that starts with whitespace keeps the tokens the model generates rather than a merge
-across the header that it never sees (the same ids as a token-level rollout,
-:mod:`.rollout`). The header is masked out; the turn up to and including its last
-end-of-turn token (``<|im_end|>``) is masked in when the message's loss is 1; template glue
-after it (the ``\\n``) is masked out: exactly what the model generates in that turn. Everything else (system, user, tool
-output) is masked out. :func:`verify_sample` decodes the masked-in tokens and checks they
-are exactly the trained assistant turns' texts.
-
-**Length.** A sample ends with its last trained assistant message (later messages carry
-no loss). ``max_tokens`` cuts it at a message boundary, after the last trained assistant
-message that fits, never inside a turn; a sample with no trained turn left is dropped. Filters: verify status (``only_resolved``), exit status, length, exact
-duplicates (sha256 of the ids and mask).
-
-**Output** (one record per sample, JSON lines, or parquet for a ``.parquet`` path), ready
-for TRL's ``SFTTrainer``:
-
-- ``tokens`` (default): ``input_ids``, ``attention_mask``, ``labels`` (-100 where masked
-  out) and ``completion_mask`` (1 where trained): TRL treats a dataset with ``input_ids`` as
-  already tokenized and its collator honours ``labels``/``completion_mask``.
-- ``messages``: ``messages`` (prepared as above, ``weight`` 0/1 on assistant messages) and
-  ``tools``: TRL applies the chat template itself; only templates with ``{% generation %}``
-  markers give it assistant-only loss, and it ignores per-message weights.
-
-Both carry ``metadata`` (instance, attempt, kind, segment, token counts, truncation).
-See ``docs/swe-training.md`` for the slime and verl field mapping.
+Trajectories (every assistant turn trained) and credit samples (per-message
+``loss_mask``) go through one tokenization: messages prepared as the tiny LLM server
+prepares a request, rendered prefix by prefix so each message owns an exact token span
+(:class:`TemplateError` when a template or tokenizer makes that impossible), assistant
+turns masked in as the model generates them, :func:`verify_sample` to prove it. Output:
+``tokens`` (``input_ids``/``labels``/``completion_mask`` for TRL) or ``messages`` records.
+The rules, the length and filter options and the field mapping for slime and verl are in
+``docs/swe-training.md`` (section "orchard-swe sft-data").
 """
 
 from __future__ import annotations
