@@ -52,9 +52,12 @@ __all__ = [
     "SUBMIT_TOOL",
     "SYSTEM_PROMPT",
     "TOOLS",
+    "Episode",
+    "SandboxLost",
     "compute_final_patch",
     "head_commit",
     "instance_prompt",
+    "run_loop",
     "run_tools_agent",
 ]
 
@@ -195,12 +198,15 @@ async def compute_final_patch(
 # ---------------------------------------------------------------- episode
 
 
-class _Fatal(Exception):
+class SandboxLost(Exception):
     """The sandbox is gone or unreachable: the episode cannot go on."""
 
 
 @attrs.define
-class _Episode:
+class Episode:
+    """One tools-harness episode: the sandbox, the editor, the limits and the messages so
+    far; :meth:`dispatch` runs one tool call (the credit estimators replay through it)."""
+
     sandbox: AsyncSandbox
     editor: SandboxEditor
     repo_dir: str
@@ -275,7 +281,7 @@ class _Episode:
             self.tool_errors += 1
             return f"Error: {exc}", False
         except _FATAL_SANDBOX_ERRORS as exc:
-            raise _Fatal(f"{type(exc).__name__}: {exc}") from exc
+            raise SandboxLost(f"{type(exc).__name__}: {exc}") from exc
         except OrchardError as exc:
             self.tool_errors += 1
             return f"Error: the sandbox refused the request: {exc}", False
@@ -355,7 +361,7 @@ async def run_tools_agent(
     started_at = time.time()
     t0 = time.monotonic()
     deadline = t0 + max_time_s if max_time_s > 0 else None
-    episode = _Episode(
+    episode = Episode(
         sandbox=sandbox,
         editor=SandboxEditor(sandbox, repo_dir, max_output_chars=max_output_chars),
         repo_dir=repo_dir,
@@ -375,8 +381,8 @@ async def run_tools_agent(
         base_commit = await head_commit(sandbox, repo_dir)
         extra["base_commit"] = base_commit
         async with ChatClient(model, headers={INSTANCE_ID_HEADER: instance_id}) as client:
-            exit_status = await _loop(episode, client, max_steps, max_cost)
-    except _Fatal as exc:
+            exit_status = await run_loop(episode, client, max_steps, max_cost)
+    except SandboxLost as exc:
         exit_status, error = error_status(f"sandbox lost: {exc}"), str(exc)
     except ModelError as exc:
         exit_status, error = error_status(exc), str(exc)
@@ -415,7 +421,9 @@ async def run_tools_agent(
     return Trajectory(metadata=metadata, messages=episode.messages, tools=copy.deepcopy(TOOLS))
 
 
-async def _loop(episode: _Episode, client: ChatClient, max_steps: int, max_cost: float) -> str:
+async def run_loop(episode: Episode, client: ChatClient, max_steps: int, max_cost: float) -> str:
+    """Ask the model and run its tool calls until it submits or a limit is hit; the exit
+    status."""
     while True:
         if episode.steps >= max_steps:
             return STEP_LIMIT

@@ -224,10 +224,10 @@ def read_trajectories(path: Path) -> list[Trajectory]:
     Raises :class:`InputError` naming the file and line of the first bad line, and
     ``FileNotFoundError`` for a missing path or a directory without ``*.jsonl``.
     """
-    from .sft_data import _input_files
+    from .sft_data import input_files
 
     out = []
-    for file in _input_files(path):
+    for file in input_files(path):
         with open(file, encoding="utf-8") as handle:
             for number, line in enumerate(handle, 1):
                 if line.strip():

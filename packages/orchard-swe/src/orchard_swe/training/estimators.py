@@ -30,7 +30,14 @@ from ..environment import PrepareError, prepare
 from ..grading import grade
 from ..harness import PatchError
 from ..harness.editor import SandboxEditor
-from ..harness.tools import SHELL_ENV, _Episode, _Fatal, _loop, compute_final_patch, head_commit
+from ..harness.tools import (
+    SHELL_ENV,
+    Episode,
+    SandboxLost,
+    compute_final_patch,
+    head_commit,
+    run_loop,
+)
 from ..tasks import Task
 from ..trajectory import SUBMITTED, Trajectory, mini_exit_status
 from .credit import assistant_positions
@@ -237,11 +244,11 @@ class Restored:
     """The prefix ends with a submission (nothing may follow)."""
 
 
-async def _replay_tools_action(episode: _Episode, action: RecordedAction) -> tuple[str, bool]:
+async def _replay_tools_action(episode: Episode, action: RecordedAction) -> tuple[str, bool]:
     return await episode.dispatch(action.name, action.arguments)
 
 
-async def _replay_mini_action(episode: _Episode, action: RecordedAction) -> tuple[str, bool]:
+async def _replay_mini_action(episode: Episode, action: RecordedAction) -> tuple[str, bool]:
     """mini: a bash command; it submits when its output starts with mini's sentinel."""
     args = action.arguments
     if isinstance(args, str):
@@ -265,7 +272,7 @@ def _same(harness: str, replayed: str, recorded: str) -> bool:
 
 
 async def restore_prefix(
-    episode: _Episode, messages: Sequence[Mapping[str, Any]], prefix: int, harness: str
+    episode: Episode, messages: Sequence[Mapping[str, Any]], prefix: int, harness: str
 ) -> Restored:
     """Re-execute the actions of turns ``0..prefix-1`` in ``episode``'s sandbox, in order.
 
@@ -291,7 +298,7 @@ async def restore_prefix(
 
 
 async def _continue_tools(
-    episode: _Episode,
+    episode: Episode,
     prefix: list[dict[str, Any]],
     model: ModelConfig,
     instance_id: str,
@@ -301,7 +308,7 @@ async def _continue_tools(
     episode.messages = prefix
     episode.deadline = time.monotonic() + cfg.max_time_s
     async with ChatClient(model, headers={INSTANCE_ID_HEADER: instance_id}) as chat:
-        return await _loop(episode, chat, cfg.max_steps, 0.0)
+        return await run_loop(episode, chat, cfg.max_steps, 0.0)
 
 
 def _continue_mini(
@@ -432,7 +439,7 @@ _INFRA_ERRORS: Final = (
     OrchardError,
     PatchError,
     ModelError,
-    _Fatal,
+    SandboxLost,
     _ContinuationFailed,
 )
 
@@ -591,7 +598,7 @@ class MonteCarloReplay:
         try:
             self._check_repo_dir(trajectory, spec)
             base = await head_commit(sandbox, spec.repo_dir)
-            episode = _Episode(
+            episode = Episode(
                 sandbox=sandbox,
                 repo_dir=spec.repo_dir,
                 deadline=None,
@@ -619,7 +626,7 @@ class MonteCarloReplay:
             )
 
     async def _continue(
-        self, trajectory: Trajectory, episode: _Episode, prefix: int, seed: int
+        self, trajectory: Trajectory, episode: Episode, prefix: int, seed: int
     ) -> str:
         model = attrs.evolve(self.policy, extra_body={**self.policy.extra_body, "seed": seed})
         messages = [dict(m) for m in trajectory.messages[: prefix_end(trajectory.messages, prefix)]]

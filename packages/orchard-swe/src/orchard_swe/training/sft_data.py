@@ -39,6 +39,7 @@ __all__ = [
     "TemplateError",
     "TokenizedSample",
     "build_sft_data",
+    "input_files",
     "read_samples",
     "sample_from_dict",
     "tokenize_sample",
@@ -364,7 +365,8 @@ def sample_from_dict(data: Mapping[str, Any]) -> SftSample:
     )
 
 
-def _input_files(path: Path) -> list[Path]:
+def input_files(path: Path) -> list[Path]:
+    """The JSON Lines files ``path`` names: itself, or every ``*.jsonl`` under a directory."""
     if path.is_dir():
         files = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
         if not files:
@@ -382,7 +384,7 @@ def read_samples(path: str | os.PathLike[str]) -> Iterator[Trajectory | SftSampl
     and a ``metadata.kind`` is a credit :class:`SftSample`. Anything else (or bad JSON)
     raises ``ValueError`` naming the file and line.
     """
-    for file in _input_files(Path(path)):
+    for file in input_files(Path(path)):
         with open(file, encoding="utf-8") as handle:
             for number, line in enumerate(handle, 1):
                 if not line.strip():
