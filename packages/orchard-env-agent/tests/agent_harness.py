@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import time
@@ -108,6 +109,13 @@ def stop_agent(agent: Agent) -> None:
     except subprocess.TimeoutExpired:
         agent.proc.kill()
         agent.proc.wait()
+
+
+def free_port() -> int:
+    """A TCP port nothing on the host's loopback listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_harness import Agent, http_server_inside, start_holder
+from agent_harness import Agent, free_port, http_server_inside, start_holder
 
 pytestmark = [
     pytest.mark.integration,
@@ -64,7 +64,7 @@ def test_bwrap_exec_files_ports(boxed: Agent) -> None:
     assert boxed.exec(["cat", "note.txt"])["stdout"] == "via mount"
     # a server inside the sandbox's network namespace, reached through the agent
     (boxed.workdir / "hi.txt").write_text("hello from the box")
-    port = 18765
+    port = free_port()  # a fixed one may be in use on the host, and the check below fails
     with http_server_inside(boxed, port, "/hi.txt") as r:
         assert r.status_code == 200 and r.text == "hello from the box"
     # and the host side cannot see it

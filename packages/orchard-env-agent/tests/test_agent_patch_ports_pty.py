@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from agent_harness import Agent, http_server_inside
+from agent_harness import Agent, free_port, http_server_inside
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
@@ -118,15 +117,9 @@ def test_patch_failure(patch_agent, tmp_path: Path) -> None:
     assert (d / "f.txt").read_text() == "something else entirely\n"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_ports(single: Agent) -> None:
     h = single.headers()
-    port = _free_port()
+    port = free_port()
     (single.workdir / "served").mkdir()
     (single.workdir / "served" / "hello.txt").write_text("hello from inside")
     r = single.client.get(f"/ports/{port}/hello.txt", headers=h)
