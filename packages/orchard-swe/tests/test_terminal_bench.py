@@ -231,4 +231,4 @@ def test_distill_runs_terminal_bench_tasks(
         )
         == 2
     )
-    assert "unknown task 'nope'" in capsys.readouterr().err
+    assert "unknown instance_id 'nope'" in capsys.readouterr().err

@@ -20,7 +20,7 @@ from orchard_env_client import AsyncSandboxClient
 from orchard_env_client.llm import ModelConfig
 
 from .grading import STATUSES, GradeResult, grade
-from .tasks import BUILTIN, Task, TaskLoadError, load_tasks
+from .tasks import BUILTIN, Task, TaskLoadError, load_tasks, select_tasks
 from .training.barsim_cli import add_arguments as bar_sim_arguments
 from .training.credit_cli import add_arguments as credit_sft_arguments
 from .training.grpo_train import add_arguments as train_grpo_arguments
@@ -51,14 +51,7 @@ def _distill_tasks(source: str, ids: list[str] | None) -> list[Task]:
 
     if not terminal_bench.is_task_tree(source):
         return load_tasks(source, ids=ids)
-    tasks = terminal_bench.load_tasks(source)
-    if ids is None:
-        return tasks
-    by_id = {t.instance_id: t for t in tasks}
-    unknown = [i for i in ids if i not in by_id]
-    if unknown:
-        raise TaskLoadError(source, [f"unknown task {i!r}" for i in unknown])
-    return [by_id[i] for i in ids]
+    return select_tasks(terminal_bench.load_tasks(source), ids, source)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -240,12 +240,17 @@ def load_tasks(source: str | Path, ids: Iterable[str] | None = None) -> list[Tas
     path = BUILTIN_DIR / "tasks.jsonl" if str(source) == BUILTIN else Path(source)
     if not path.exists():
         raise FileNotFoundError(f"no task file or dataset at {path}")
-    tasks = tasks_from_rows(_read_rows(path), str(source))
-    if ids is not None:
-        wanted = list(ids)
-        by_id = {t.instance_id: t for t in tasks}
-        unknown = [i for i in wanted if i not in by_id]
-        if unknown:
-            raise TaskLoadError(str(source), [f"unknown instance_id {i!r}" for i in unknown])
-        tasks = [by_id[i] for i in wanted]
-    return tasks
+    return select_tasks(tasks_from_rows(_read_rows(path), str(source)), ids, str(source))
+
+
+def select_tasks(tasks: list[Task], ids: Iterable[str] | None, source: str) -> list[Task]:
+    """``tasks`` whose ``instance_id`` is in ``ids``, in that order (all when None);
+    ``TaskLoadError`` naming every unknown id of ``source``."""
+    if ids is None:
+        return tasks
+    wanted = list(ids)
+    by_id = {t.instance_id: t for t in tasks}
+    unknown = [i for i in wanted if i not in by_id]
+    if unknown:
+        raise TaskLoadError(source, [f"unknown instance_id {i!r}" for i in unknown])
+    return [by_id[i] for i in wanted]
