@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchard_swe.llm_venv import exclusive_lock, run_install_step
+from orchard_swe.llm_venv import exclusive_lock, python_version, run_install_step
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_ROOT = Path("/var/tmp/orchard-py312-venv")
@@ -33,20 +33,6 @@ _INSTALL_TIMEOUT_S = 1800
 
 class Py312Error(RuntimeError):
     """No Python 3.12+ here, or the venv could not be built (the message says why)."""
-
-
-def _version(python: str) -> tuple[int, int] | None:
-    try:
-        out = subprocess.run(
-            [python, "-c", "import sys; print('%d %d' % sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout.split()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (int(out[0]), int(out[1])) if len(out) == 2 else None
 
 
 def find_python312() -> str:
@@ -66,7 +52,7 @@ def find_python312() -> str:
     ):
         candidates += sorted(glob.glob(os.path.expanduser(pattern)))
     for candidate in candidates:
-        version = _version(candidate) if candidate else None
+        version = python_version(candidate) if candidate else None
         if version and version >= (3, 12):
             return candidate
     raise Py312Error(

@@ -48,6 +48,7 @@ __all__ = [
     "ensure_llm_venv",
     "ensure_train_venv",
     "exclusive_lock",
+    "python_version",
     "run_install_step",
     "server_script",
     "smollm2_gguf",
@@ -188,23 +189,28 @@ def _is_complete(venv: Path) -> bool:
     return (venv / _MARKER).is_file() and _venv_python(venv).exists()
 
 
+def python_version(python: str, *modules: str) -> tuple[int, int] | None:
+    """The (major, minor) version of the interpreter ``python``; None when it does not run
+    or cannot import one of ``modules``."""
+    imports = ", ".join(("sys", *modules))
+    try:
+        out = subprocess.run(
+            [python, "-c", f"import {imports}; print('%d %d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (int(out[0]), int(out[1])) if len(out) == 2 else None
+
+
 def _base_python() -> str:
     """A CPython 3.11 to create the venv with (the torch wheel is cp311)."""
     candidates = ["/usr/bin/python3.11", getattr(sys, "_base_executable", ""), sys.executable]
     for candidate in candidates:
-        if not candidate or not os.path.exists(candidate):
-            continue
-        try:
-            out = subprocess.run(
-                [candidate, "-c", "import sys, venv; print('%d.%d' % sys.version_info[:2])"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=True,
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if out == "3.11":
+        if candidate and os.path.exists(candidate) and python_version(candidate, "venv") == (3, 11):
             return candidate
     raise LLMVenvError(
         "no CPython 3.11 with the venv module found (tried "
