@@ -266,12 +266,14 @@ def test_a_runtime_class_runs_the_sandbox_pod_and_a_missing_one_is_refused(serve
     not installed here, so a class of theirs would fail the same way a missing one does."""
     from orchard_env_server.backends.kubernetes.spec import pod_manifest, secret_manifest
     from orchard_env_server.records import SandboxRecord
-    from orchard_env_server.settings import Settings
+    from orchard_env_server.settings import KubernetesSettings, Settings
 
     suffix = os.urandom(4).hex()
     runtime_class = f"orchard-test-docker-{suffix}"
     record = SandboxRecord(sandbox_id=f"rc-{suffix}", tenant="t", image=BUSYBOX_IMAGE)
-    settings = Settings(runtime_class=runtime_class, image_pull_policy="Never")
+    settings = Settings(
+        kubernetes=KubernetesSettings(runtime_class=runtime_class, image_pull_policy="Never")
+    )
     files = {
         "class": {
             "apiVersion": "node.k8s.io/v1",

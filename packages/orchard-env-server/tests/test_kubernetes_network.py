@@ -25,7 +25,7 @@ from orchard_env_server.backends.kubernetes.network import (
     replace_patch,
 )
 from orchard_env_server.backends.kubernetes.spec import LABEL_NETWORK, LABEL_ROLE, pod_manifest
-from orchard_env_server.settings import Settings
+from orchard_env_server.settings import KubernetesSettings, Settings
 
 pytestmark = pytest.mark.fast
 
@@ -253,7 +253,11 @@ def test_a_cluster_that_refuses_the_policies_stops_the_start(tmp_path):
 
 def test_a_runtime_class_the_cluster_lacks_is_named_as_such(tmp_path):
     backend = KubernetesBackend(
-        Settings(backend="kubernetes", state_dir=tmp_path, runtime_class="gvisor")
+        Settings(
+            backend="kubernetes",
+            state_dir=tmp_path,
+            kubernetes=KubernetesSettings(runtime_class="gvisor"),
+        )
     )
     rejected = KubeError(
         403, '403 pods "orchard-x" is forbidden: pod rejected: RuntimeClass "gvisor" not found'

@@ -36,7 +36,7 @@ from orchard_env_server.backends.kubernetes.spec import (
     secret_manifest,
 )
 from orchard_env_server.records import AgentEndpoint
-from orchard_env_server.settings import Settings
+from orchard_env_server.settings import KubernetesSettings, Settings
 
 pytestmark = pytest.mark.fast
 
@@ -160,7 +160,7 @@ def test_a_failed_container_reports_its_log_tail():
 def test_pod_and_containers_are_confined(runtime_class):
     """Runtime's default seccomp, every capability dropped but the kept set, no privilege
     escalation, nothing of the node (network, PID, IPC namespaces, paths, ports)."""
-    settings = Settings(runtime_class=runtime_class)
+    settings = Settings(kubernetes=KubernetesSettings(runtime_class=runtime_class))
     spec = pod_manifest(make_record(), settings, ORCH)["spec"]
     assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
     containers = spec["initContainers"] + spec["containers"]

@@ -289,19 +289,21 @@ def test_settings_of_who_may_pull(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("ORCHARD_ENV_PULL_REGISTRIES", "ORCHARD_ENV_PULL_TIMEOUT"):
         monkeypatch.delenv(name, raising=False)
     default = Settings.from_env()
-    assert default.pull_registries == list(DEFAULT_PULL_REGISTRIES)
-    assert "docker.io" in default.pull_registries and default.pull_timeout_s == 1800.0
+    assert default.local.pull_registries == list(DEFAULT_PULL_REGISTRIES)
+    assert "docker.io" in default.local.pull_registries and default.local.pull_timeout_s == 1800.0
     monkeypatch.setenv("ORCHARD_ENV_PULL_REGISTRIES", "ghcr.io, registry.example.com:5000,")
     monkeypatch.setenv("ORCHARD_ENV_PULL_TIMEOUT", "90")
     env = Settings.from_env()
-    assert env.pull_registries == ["ghcr.io", "registry.example.com:5000"]
-    assert env.pull_timeout_s == 90.0
+    assert env.local.pull_registries == ["ghcr.io", "registry.example.com:5000"]
+    assert env.local.pull_timeout_s == 90.0
     args = _parser().parse_args(
         ["serve", "--pull-registry", "quay.io", "--pull-registry", "a.b:1", "--pull-timeout", "5"]
     )
     assert args.pull_registries == ["quay.io", "a.b:1"] and args.pull_timeout_s == 5.0
-    flags = Settings.from_env(pull_registries=args.pull_registries, pull_timeout_s=5.0)
-    assert flags.pull_registries == ["quay.io", "a.b:1"] and flags.pull_timeout_s == 5.0
+    flags = Settings.from_env(
+        {"local.pull_registries": args.pull_registries, "local.pull_timeout_s": 5.0}
+    )
+    assert flags.local.pull_registries == ["quay.io", "a.b:1"] and flags.local.pull_timeout_s == 5.0
 
 
 # -- hosts nobody named

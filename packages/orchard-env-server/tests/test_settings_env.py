@@ -38,18 +38,24 @@ def test_every_variable_reaches_its_field(monkeypatch: pytest.MonkeyPatch) -> No
     settings = Settings.from_env()
     assert settings.state_dir == Path("/srv/state") and settings.backend == "docker"
     assert settings.agent_image == "orchard/agent-injector:test"
-    assert settings.agent_bundle == Path("/opt/agent")
+    assert settings.docker.agent_bundle == Path("/opt/agent")
     assert settings.bridge_allowed_upstreams == ["10.0.0.0/8", "example.test:443"]
     assert settings.bridge_max_request_bytes == 4096
-    assert settings.local_rootfs_dirs == [Path("/srv/a"), Path("/srv/b")]
-    assert settings.image_store == Path("/srv/store")
-    assert settings.registry_mirrors == {"docker.io": "http://127.0.0.1:5000"}
-    assert settings.insecure_registries == ["127.0.0.1:5000"]
-    assert settings.pull_registries == ["docker.io", "ghcr.io"]
-    assert settings.pull_timeout_s == 12.5 and settings.image_pull == "never"
-    assert settings.kubeconfig == Path("/srv/kubeconfig") and settings.namespace == "sandboxes"
-    assert settings.image_pull_policy == "Never" and settings.orchestrator_id == "orch-1"
-    assert settings.runtime_class == "gvisor"
+    assert settings.local.rootfs_dirs == [Path("/srv/a"), Path("/srv/b")]
+    assert settings.local.image_store == Path("/srv/store")
+    assert settings.local.registry_mirrors == {"docker.io": "http://127.0.0.1:5000"}
+    assert settings.local.insecure_registries == ["127.0.0.1:5000"]
+    assert settings.local.pull_registries == ["docker.io", "ghcr.io"]
+    assert settings.local.pull_timeout_s == 12.5 and settings.local.image_pull == "never"
+    assert (
+        settings.kubernetes.kubeconfig == Path("/srv/kubeconfig")
+        and settings.kubernetes.namespace == "sandboxes"
+    )
+    assert (
+        settings.kubernetes.image_pull_policy == "Never"
+        and settings.kubernetes.orchestrator_id == "orch-1"
+    )
+    assert settings.kubernetes.runtime_class == "gvisor"
 
 
 def test_empty_variables_keep_defaults_and_overrides_win(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,6 +63,16 @@ def test_empty_variables_keep_defaults_and_overrides_win(monkeypatch: pytest.Mon
         monkeypatch.setenv(name, "")
     monkeypatch.setenv("ORCHARD_ENV_API_KEYS", "")
     defaults = Settings()
-    settings = Settings.from_env(namespace="mine", backend=None)
-    assert settings.namespace == "mine" and settings.backend == defaults.backend
+    settings = Settings.from_env({"kubernetes.namespace": "mine", "backend": None})
+    assert settings.kubernetes.namespace == "mine" and settings.backend == defaults.backend
     assert settings.state_dir == defaults.state_dir and settings.api_keys == {}
+
+
+def test_each_backend_has_its_own_section() -> None:
+    settings = Settings.from_env({"local.isolation": "none", "docker.network": "orchard-net"})
+    assert settings.local.isolation == "none" and settings.docker.network == "orchard-net"
+    assert settings.kubernetes.namespace == Settings().kubernetes.namespace
+    with pytest.raises(ValueError, match="unknown settings section 'podman'"):
+        Settings.from_env({"podman.socket": "/run/podman.sock"})
+    with pytest.raises(TypeError, match="unexpected keyword argument 'namespace'"):
+        Settings.from_env({"docker.namespace": "x"})

@@ -261,41 +261,41 @@ def serve(args: argparse.Namespace) -> int:
         "port": args.port,
         "backend": args.backend,
         "state_dir": args.state_dir,
-        "isolation": args.isolation,
+        "local.isolation": args.isolation,
         "max_inflight": args.max_inflight,
         "max_output_bytes": args.max_output_bytes,
         "max_upload_bytes": args.max_upload_bytes,
         "default_ttl_seconds": args.default_ttl,
         "keep_sandboxes_on_exit": args.keep_sandboxes,
-        "docker_host": args.docker_host,
+        "docker.host": args.docker_host,
         "agent_image": args.agent_image,
-        "agent_bundle": args.agent_bundle,
+        "docker.agent_bundle": args.agent_bundle,
         "pids_limit": args.pids_limit,
         "memory_default": _memory_default(args.memory_default),
-        "local_host_paths": args.local_host_paths,
-        "local_rootfs_dirs": args.local_rootfs_dirs,
-        "kubeconfig": args.kubeconfig,
-        "namespace": args.namespace,
-        "image_pull_policy": args.image_pull_policy,
-        "orchestrator_id": args.orchestrator_id,
-        "runtime_class": args.runtime_class,
+        "local.host_paths": args.local_host_paths,
+        "local.rootfs_dirs": args.local_rootfs_dirs,
+        "kubernetes.kubeconfig": args.kubeconfig,
+        "kubernetes.namespace": args.namespace,
+        "kubernetes.image_pull_policy": args.image_pull_policy,
+        "kubernetes.orchestrator_id": args.orchestrator_id,
+        "kubernetes.runtime_class": args.runtime_class,
         "bridge_allowed_upstreams": args.bridge_allowed_upstreams,
         "bridge_max_request_bytes": args.bridge_max_request_bytes,
-        "image_pull": args.image_pull,
-        "image_store": args.image_store,
-        "insecure_registries": args.insecure_registry,
-        "pull_registries": args.pull_registries,
-        "pull_timeout_s": args.pull_timeout_s,
+        "local.image_pull": args.image_pull,
+        "local.image_store": args.image_store,
+        "local.insecure_registries": args.insecure_registry,
+        "local.pull_registries": args.pull_registries,
+        "local.pull_timeout_s": args.pull_timeout_s,
     }
     if args.registry_mirror is not None:
         try:
-            overrides["registry_mirrors"] = parse_mirrors(args.registry_mirror)
+            overrides["local.registry_mirrors"] = parse_mirrors(args.registry_mirror)
         except ValueError as exc:
             raise SystemExit(f"orchard-env serve: --registry-mirror: {exc}") from None
     if args.api_keys is not None:
         overrides["api_keys"] = parse_api_keys(args.api_keys)
     try:
-        settings = Settings.from_env(**overrides)
+        settings = Settings.from_env(overrides)
     except ValueError as exc:  # a bad value from a flag or ORCHARD_ENV_* variable
         raise SystemExit(f"orchard-env serve: {exc}") from None
     raise_open_file_limit()  # a connection per client and per busy sandbox agent

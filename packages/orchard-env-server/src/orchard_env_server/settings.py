@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import attrs
@@ -59,12 +59,60 @@ def parse_mirrors(items: list[str]) -> dict[str, str]:
 
 
 @attrs.define
+class LocalSettings:
+    """The local backend: bubblewrap sandboxes on this machine, and its image store."""
+
+    # bubblewrap (required; "auto" is the same) | none (unisolated, loudly)
+    isolation: str = "bubblewrap"
+    host_paths: list[Path] = attrs.Factory(list)  # extra host dirs shown read-only
+    # Host dirs under which a create may name a root filesystem directory or archive by
+    # absolute path (none by default: such a tree is id-mapped onto the sandbox's root, so
+    # only an operator may decide which host trees tenants can run).
+    rootfs_dirs: list[Path] = attrs.Factory(list)
+    # Machine-wide claims of local sandboxes' host uid ranges (shared by every orchestrator).
+    uid_registry: Path = Path("/run/orchard-env/uid-ranges")
+    # The image store: pull an image a create names that the store lacks ("missing") or
+    # refuse it ("never"); registries to pull from instead of another
+    # (``{"docker.io": "http://127.0.0.1:5000"}``); registry hosts reached over plain http.
+    image_pull: str = "missing"
+    image_store: Path | None = None  # default: <state_dir>/image-store; servers may share one
+    registry_mirrors: dict[str, str] = attrs.Factory(dict)
+    insecure_registries: list[str] = attrs.Factory(list)
+    # Registries a create request may pull from; those of ``insecure_registries`` and
+    # ``registry_mirrors`` count too (the operator named them). Others are refused before
+    # any connection: an operator pulls such images beforehand (`orchard-env image pull`).
+    pull_registries: list[str] = attrs.Factory(lambda: list(DEFAULT_PULL_REGISTRIES))
+    # A create's pull fails when it takes longer.
+    pull_timeout_s: float = attrs.field(default=1800.0, validator=attrs.validators.gt(0))
+
+
+@attrs.define
+class DockerSettings:
+    """The Docker backend: a sandbox is a container on one engine."""
+
+    host: str | None = None  # the engine's address; default: $DOCKER_HOST, else the socket
+    network: str = "bridge"  # for sandboxes with block_network=false
+    agent_bundle: Path | None = None  # bind this agent bundle directory instead of the image
+
+
+@attrs.define
+class KubernetesSettings:
+    """The Kubernetes backend: a sandbox is a Pod."""
+
+    kubeconfig: Path | None = None  # default: in-cluster config in a pod, else $KUBECONFIG
+    namespace: str = "orchard-sandboxes"  # where sandbox pods live
+    image_pull_policy: str = "IfNotPresent"  # of sandbox and injector images
+    orchestrator_id: str | None = None  # labels sandboxes with their creator; default hostname
+    runtime_class: str | None = None  # sandbox pods' runtimeClassName (gVisor, Kata)
+
+
+@attrs.define
 class Settings:
-    """Everything the service needs to know at start."""
+    """Everything the service needs to know at start: the service's own settings, those
+    every backend shares, and one section per backend (``local``, ``docker``, ``kubernetes``).
+    """
 
     backend: str = "local"
-    # local backend: bubblewrap (required; "auto" is the same) | none (unisolated, loudly)
-    isolation: str = "bubblewrap"
     host: str = "127.0.0.1"
     port: int = 8000
     api_keys: dict[str, str] = attrs.Factory(dict)
@@ -81,62 +129,63 @@ class Settings:
     failed_retention_s: float = 300.0
     keep_sandboxes_on_exit: bool | None = None  # None: the backend's default
     default_ttl_seconds: float | None = None
-    # Docker backend
-    docker_host: str | None = None  # default: $DOCKER_HOST, else the local socket
-    agent_image: str = "orchard/agent-injector:latest"  # the injector image (init container)
-    agent_bundle: Path | None = None  # or: bind this agent bundle directory read-only
+    # Sandboxes on more than one backend
+    agent_image: str = "orchard/agent-injector:latest"  # the injector (Docker, Kubernetes)
     pids_limit: int = 1024  # per sandbox (container, or local cgroup)
     # The memory cap of local and Docker sandboxes that ask for none (Kubernetes: the
     # namespace's LimitRange). None: no cap but the machine's.
     memory_default: str | None = "4Gi"
-    local_host_paths: list[Path] = attrs.Factory(list)  # extra host dirs shown read-only
-    # Host dirs under which a create may name a root filesystem directory or archive by
-    # absolute path (none by default: such a tree is id-mapped onto the sandbox's root, so
-    # only an operator may decide which host trees tenants can run).
-    local_rootfs_dirs: list[Path] = attrs.Factory(list)
-    # Machine-wide claims of local sandboxes' host uid ranges (shared by every orchestrator).
-    local_uid_registry: Path = Path("/run/orchard-env/uid-ranges")
-    docker_network: str = "bridge"  # for sandboxes with block_network=false
-    # Local backend's image store: pull an image a create names that the store lacks
-    # ("missing") or refuse it ("never"); registries to pull from instead of another
-    # (``{"docker.io": "http://127.0.0.1:5000"}``); registry hosts reached over plain http.
-    image_pull: str = "missing"
-    image_store: Path | None = None  # default: <state_dir>/image-store; servers may share one
-    registry_mirrors: dict[str, str] = attrs.Factory(dict)
-    insecure_registries: list[str] = attrs.Factory(list)
-    # Registries a create request may pull from; those of ``insecure_registries`` and
-    # ``registry_mirrors`` count too (the operator named them). Others are refused before
-    # any connection: an operator pulls such images beforehand (`orchard-env image pull`).
-    pull_registries: list[str] = attrs.Factory(lambda: list(DEFAULT_PULL_REGISTRIES))
-    # A create's pull fails when it takes longer.
-    pull_timeout_s: float = attrs.field(default=1800.0, validator=attrs.validators.gt(0))
     # Service bridges: upstream URL prefixes a sandbox's bridges may point under (empty:
     # any http or https URL), and the cap on one bridged request's body.
     bridge_allowed_upstreams: list[str] = attrs.Factory(list)
     bridge_max_request_bytes: int = 32 << 20
-    # Kubernetes backend
-    kubeconfig: Path | None = None  # default: in-cluster config in a pod, else $KUBECONFIG
-    namespace: str = "orchard-sandboxes"  # where sandbox pods live
-    image_pull_policy: str = "IfNotPresent"  # of sandbox and injector images
-    orchestrator_id: str | None = None  # labels sandboxes with their creator; default hostname
-    runtime_class: str | None = None  # sandbox pods' runtimeClassName (gVisor, Kata)
+    local: LocalSettings = attrs.Factory(LocalSettings)
+    docker: DockerSettings = attrs.Factory(DockerSettings)
+    kubernetes: KubernetesSettings = attrs.Factory(KubernetesSettings)
 
     @property
     def image_store_dir(self) -> Path:
         """Where the local backend's image store lives."""
-        return self.image_store or self.state_dir / "image-store"
+        return self.local.image_store or self.state_dir / "image-store"
 
     @classmethod
-    def from_env(cls, **overrides: object) -> Settings:
-        """Defaults, then ``ORCHARD_ENV_*`` variables, then explicit overrides."""
+    def from_env(cls, overrides: Mapping[str, object] | None = None) -> Settings:
+        """Defaults, then ``ORCHARD_ENV_*`` variables, then explicit overrides.
+
+        Keys name a field of the service (``"port"``) or of a backend's section
+        (``"kubernetes.namespace"``); a None value keeps what came before it.
+        """
         values: dict[str, object] = {}
         if "ORCHARD_ENV_API_KEYS" in os.environ:  # set but empty: no keys, not the default
             values["api_keys"] = parse_api_keys(os.environ["ORCHARD_ENV_API_KEYS"])
         for name, (variable, parse) in _FROM_ENVIRONMENT.items():
             if os.environ.get(variable):
                 values[name] = parse(os.environ[variable])
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)  # type: ignore[arg-type]
+        values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+        return _build(cls, values)
+
+
+_SECTIONS: dict[str, type] = {
+    "local": LocalSettings,
+    "docker": DockerSettings,
+    "kubernetes": KubernetesSettings,
+}
+
+
+def _build(cls: type[Settings], values: Mapping[str, object]) -> Settings:
+    top: dict[str, object] = {}
+    sections: dict[str, dict[str, object]] = {name: {} for name in _SECTIONS}
+    for key, value in values.items():
+        section, dot, name = key.partition(".")
+        if not dot:
+            top[key] = value
+        elif section in sections:
+            sections[section][name] = value
+        else:
+            raise ValueError(f"unknown settings section {section!r} (in {key!r})")
+    for section, fields in sections.items():
+        top[section] = _SECTIONS[section](**fields)
+    return cls(**top)  # type: ignore[arg-type]
 
 
 def _items(raw: str) -> list[str]:
@@ -147,24 +196,27 @@ _FROM_ENVIRONMENT: dict[str, tuple[str, Callable[[str], object]]] = {
     "state_dir": ("ORCHARD_ENV_STATE_DIR", Path),
     "backend": ("ORCHARD_ENV_BACKEND", str),
     "agent_image": ("ORCHARD_ENV_AGENT_IMAGE", str),
-    "agent_bundle": ("ORCHARD_ENV_AGENT_BUNDLE", Path),
     "bridge_allowed_upstreams": ("ORCHARD_ENV_BRIDGE_ALLOWED_UPSTREAMS", _items),
     "bridge_max_request_bytes": ("ORCHARD_ENV_BRIDGE_MAX_REQUEST_BYTES", int),
-    "local_rootfs_dirs": (
+    "local.rootfs_dirs": (
         "ORCHARD_ENV_LOCAL_ROOTFS_DIRS",
         lambda raw: [Path(p) for p in _items(raw)],
     ),
-    "image_store": ("ORCHARD_ENV_IMAGE_STORE", Path),
-    "registry_mirrors": ("ORCHARD_ENV_REGISTRY_MIRRORS", lambda raw: parse_mirrors(raw.split(","))),
-    "insecure_registries": ("ORCHARD_ENV_INSECURE_REGISTRIES", _items),
-    "pull_registries": ("ORCHARD_ENV_PULL_REGISTRIES", _items),
-    "pull_timeout_s": ("ORCHARD_ENV_PULL_TIMEOUT", float),
-    "image_pull": ("ORCHARD_ENV_IMAGE_PULL", str),
-    "kubeconfig": ("ORCHARD_ENV_KUBECONFIG", Path),
-    "namespace": ("ORCHARD_ENV_NAMESPACE", str),
-    "image_pull_policy": ("ORCHARD_ENV_IMAGE_PULL_POLICY", str),
-    "orchestrator_id": ("ORCHARD_ENV_ORCHESTRATOR_ID", str),
-    "runtime_class": ("ORCHARD_ENV_RUNTIME_CLASS", str),
+    "local.image_store": ("ORCHARD_ENV_IMAGE_STORE", Path),
+    "local.registry_mirrors": (
+        "ORCHARD_ENV_REGISTRY_MIRRORS",
+        lambda raw: parse_mirrors(raw.split(",")),
+    ),
+    "local.insecure_registries": ("ORCHARD_ENV_INSECURE_REGISTRIES", _items),
+    "local.pull_registries": ("ORCHARD_ENV_PULL_REGISTRIES", _items),
+    "local.pull_timeout_s": ("ORCHARD_ENV_PULL_TIMEOUT", float),
+    "local.image_pull": ("ORCHARD_ENV_IMAGE_PULL", str),
+    "docker.agent_bundle": ("ORCHARD_ENV_AGENT_BUNDLE", Path),
+    "kubernetes.kubeconfig": ("ORCHARD_ENV_KUBECONFIG", Path),
+    "kubernetes.namespace": ("ORCHARD_ENV_NAMESPACE", str),
+    "kubernetes.image_pull_policy": ("ORCHARD_ENV_IMAGE_PULL_POLICY", str),
+    "kubernetes.orchestrator_id": ("ORCHARD_ENV_ORCHESTRATOR_ID", str),
+    "kubernetes.runtime_class": ("ORCHARD_ENV_RUNTIME_CLASS", str),
 }
-"""Settings read from the environment by :meth:`Settings.from_env`: the variable and how
-its (non-empty) value is parsed."""
+"""Settings read from the environment by :meth:`Settings.from_env`: the field (dotted for a
+backend's section), its variable and how its (non-empty) value is parsed."""

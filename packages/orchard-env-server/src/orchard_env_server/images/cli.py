@@ -75,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
     from .errors import ImageError
     from .store import ImageStore
 
-    settings = Settings.from_env(state_dir=args.state_dir, image_store=args.image_store)
+    settings = Settings.from_env(
+        {"state_dir": args.state_dir, "local.image_store": args.image_store}
+    )
     err = Console(stderr=True)
     try:
         store = ImageStore(settings.image_store_dir)
@@ -110,8 +112,10 @@ def _pull(store: ImageStore, args: argparse.Namespace, settings: Any, err: Conso
     from ..settings import parse_mirrors
     from .reference import parse_reference
 
-    mirrors = parse_mirrors(args.mirror) if args.mirror else settings.registry_mirrors
-    insecure = args.insecure or parse_reference(args.ref).registry in settings.insecure_registries
+    mirrors = parse_mirrors(args.mirror) if args.mirror else settings.local.registry_mirrors
+    insecure = (
+        args.insecure or parse_reference(args.ref).registry in settings.local.insecure_registries
+    )
     started = time.monotonic()
     with _Bars(err) as bars:  # the operator's own pull: any host, no deadline
         image = store.pull(

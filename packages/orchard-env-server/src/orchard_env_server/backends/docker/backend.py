@@ -63,7 +63,7 @@ class DockerBackend:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._engine = DockerEngine(settings.docker_host)
+        self._engine = DockerEngine(settings.docker.host)
         self._state = settings.state_dir.resolve() / "docker"
         self._orchestrator = ""
         self._runtime = Path()
@@ -93,7 +93,7 @@ class DockerBackend:
         log.info("docker engine %s at %s", version.get("Version"), self._engine.address)
         await self._check_engine_security()
         self._agent = await prepare_agent_mount(
-            self._engine, self._settings.agent_image, self._settings.agent_bundle
+            self._engine, self._settings.agent_image, self._settings.docker.agent_bundle
         )
         found = await self._recover()
         self._watcher = asyncio.create_task(self._watch_forever(), name="orchard-docker-events")

@@ -40,7 +40,7 @@ def container_spec(
     host: dict[str, Any] = {
         **docker_confinement(),
         "Mounts": [agent.spec(), {"Type": "bind", "Source": run_dir, "Target": RUN_MOUNT}],
-        "NetworkMode": "none" if record.block_network else settings.docker_network,
+        "NetworkMode": "none" if record.block_network else settings.docker.network,
         "PidsLimit": settings.pids_limit,
         "RestartPolicy": {"Name": "no"},
         "LogConfig": {"Type": "json-file", "Config": {"max-size": "1m", "max-file": "1"}},

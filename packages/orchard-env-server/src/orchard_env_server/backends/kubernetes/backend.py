@@ -136,7 +136,7 @@ class KubernetesBackend:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._orchestrator = settings.orchestrator_id or socket.gethostname()
+        self._orchestrator = settings.kubernetes.orchestrator_id or socket.gethostname()
         self._api: KubeApi | None = None
         self._registry: SandboxRegistry | None = None
         self._states: dict[str, PodState] = {}  # by pod name
@@ -201,8 +201,8 @@ class KubernetesBackend:
             raise
 
     async def _start(self) -> list[SandboxRecord]:
-        namespace = self._settings.namespace
-        configuration = load_configuration(self._settings.kubeconfig, self._credentials)
+        namespace = self._settings.kubernetes.namespace
+        configuration = load_configuration(self._settings.kubernetes.kubeconfig, self._credentials)
         self._api = KubeApi(configuration, namespace)
         try:
             exists = await self.api.namespace_exists()
@@ -248,7 +248,7 @@ class KubernetesBackend:
         patch them to what this orchestrator sees: where it runs, the API server's
         addresses. Without them sandboxes would reach each other and the API server, so
         a failure here stops the start."""
-        namespace = in_cluster_namespace(self._settings.kubeconfig)
+        namespace = in_cluster_namespace(self._settings.kubernetes.kubeconfig)
         place = OrchestratorPlace(
             namespace=namespace, addresses=() if namespace else host_addresses()
         )
@@ -364,7 +364,7 @@ class KubernetesBackend:
             return BackendError(f"namespace {self.api.namespace!r} does not exist ({exc})")
         if exc.status == 403 and "RuntimeClass" in str(exc):
             return BackendError(
-                f"runtime class {self._settings.runtime_class!r} is not in the cluster: {exc}"
+                f"runtime class {self._settings.kubernetes.runtime_class!r} is not in the cluster: {exc}"
             )
         if exc.status == 403:
             return BackendError(f"the orchestrator may not create sandboxes here: {exc}")

@@ -185,7 +185,7 @@ def pod_manifest(record: SandboxRecord, settings: Settings, orchestrator: str) -
     main: dict[str, Any] = {
         "name": MAIN_CONTAINER,
         "image": record.image,
-        "imagePullPolicy": settings.image_pull_policy,
+        "imagePullPolicy": settings.kubernetes.image_pull_policy,
         "command": agent_entry(),
         "args": args,
         "env": env,
@@ -210,7 +210,7 @@ def pod_manifest(record: SandboxRecord, settings: Settings, orchestrator: str) -
     init = {
         "name": INIT_CONTAINER,
         "image": settings.agent_image,
-        "imagePullPolicy": settings.image_pull_policy,
+        "imagePullPolicy": settings.kubernetes.image_pull_policy,
         # The same resources as the sandbox, so the pod's QoS class is the sandbox's.
         "resources": resources,
         "securityContext": container_security_context(),
@@ -236,8 +236,8 @@ def pod_manifest(record: SandboxRecord, settings: Settings, orchestrator: str) -
     }
     if record.ttl_seconds is not None:
         spec["activeDeadlineSeconds"] = max(1, math.ceil(record.ttl_seconds))
-    if settings.runtime_class:
-        spec["runtimeClassName"] = settings.runtime_class
+    if settings.kubernetes.runtime_class:
+        spec["runtimeClassName"] = settings.kubernetes.runtime_class
     labels = _labels(record, ROLE_SANDBOX, orchestrator)
     labels[LABEL_NETWORK] = NETWORK_BLOCKED if record.block_network else NETWORK_OPEN
     return {

@@ -99,7 +99,7 @@ class LocalBackend:
         self._enter = ""
         # Where holders' sources are staged for bwrap (see orchard_enter.c): a directory of
         # its own that any uid may walk to, beside the machine-wide uid range claims.
-        self._stage = settings.local_uid_registry.parent / "stage"
+        self._stage = settings.local.uid_registry.parent / "stage"
         self._uids: UidRanges | None = None
         self._agent = LocalAgent(self._state, settings.max_output_bytes, settings.max_upload_bytes)
         self._registered: set[str] = set()
@@ -122,7 +122,7 @@ class LocalBackend:
                 parse_memory(self._settings.memory_default)
             except ValueError as exc:
                 raise BackendError(f"--memory-default: {exc}") from None
-        for path in self._settings.local_host_paths:
+        for path in self._settings.local.host_paths:
             if not path.is_absolute() or not path.is_dir():
                 raise BackendError(f"--local-host-path {path}: not an absolute directory path")
             real = path.resolve()
@@ -132,7 +132,7 @@ class LocalBackend:
                     f"holds (/, {', '.join(map(str, sorted(_RESERVED)))})"
                 )
         self._image_sources.rootfs_dirs.check()
-        if self._settings.isolation == "none":
+        if self._settings.local.isolation == "none":
             self.isolated, self._why_not = False, "isolation turned off (--isolation none)"
             log.warning(
                 "local backend runs UNISOLATED (--isolation none): commands run as this "
@@ -203,7 +203,7 @@ class LocalBackend:
             self._resolv.write_text(RESOLV_SLIRP)
             self._roots.probe(self._state)
             if os.geteuid() == 0:
-                self._uids = UidRanges(self._settings.local_uid_registry)
+                self._uids = UidRanges(self._settings.local.uid_registry)
                 self._uids.prepare()
         except (OSError, subprocess.SubprocessError) as exc:
             self.isolated, self._why_not = False, f"cannot prepare isolation: {exc}"
@@ -394,7 +394,7 @@ class LocalBackend:
     def _host_view(self, record: SandboxRecord | None = None) -> list[ViewMount]:
         """The image ``host``'s view; a sandbox's own keeps the /etc copy it was made with."""
         etc = Path(record.backend_state.get("etc") or self._host_etc) if record else self._host_etc
-        return host_view(etc, self._settings.local_host_paths, [self._state])
+        return host_view(etc, self._settings.local.host_paths, [self._state])
 
     def _make_root(self, record: SandboxRecord, source: ImageSource, tree_fd: int | None) -> Path:
         """The sandbox's own writable root over an image tree (``image_roots``), with the
@@ -549,7 +549,7 @@ class LocalBackend:
             who = "sandbox root is an unprivileged host uid range of its own (65536 ids)"
         else:
             who = "sandbox root is the orchestrator's own (non-root) uid"
-        extra = ", ".join(str(p) for p in self._settings.local_host_paths) or "none"
+        extra = ", ".join(str(p) for p in self._settings.local.host_paths) or "none"
         limits = (
             f"cgroups: pids {self._settings.pids_limit}, memory "
             f"{self._settings.memory_default or 'unlimited'} unless asked, cpu if asked"

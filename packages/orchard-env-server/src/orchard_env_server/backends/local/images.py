@@ -84,7 +84,7 @@ class LocalImages:
         self._state = Path(os.path.realpath(state))
         self.store = ImageStore(settings.image_store_dir)
         self.rootfs_dirs = RootfsDirs(
-            settings.local_rootfs_dirs, [self._state, self.store.root], state / "images"
+            settings.local.rootfs_dirs, [self._state, self.store.root], state / "images"
         )
         self._pulls: dict[str, asyncio.Future[StoredImage]] = {}
 
@@ -108,7 +108,7 @@ class LocalImages:
         return ImageSource(tree, stored)
 
     async def _pull(self, image: str) -> StoredImage:
-        if self._settings.image_pull == "never":
+        if self._settings.local.image_pull == "never":
             raise ImageUnavailable(
                 "not_found",
                 f"image {image!r} is not in this server's image store and pulling is off "
@@ -133,10 +133,10 @@ class LocalImages:
                 asyncio.to_thread(
                     self.store.pull,
                     image,
-                    insecure=registry in self._settings.insecure_registries,
-                    mirrors=self._settings.registry_mirrors,
+                    insecure=registry in self._settings.local.insecure_registries,
+                    mirrors=self._settings.local.registry_mirrors,
                     allow_private=False,  # a tenant's reference: public hosts or named ones
-                    timeout=self._settings.pull_timeout_s,
+                    timeout=self._settings.local.pull_timeout_s,
                 )
             )
             self._pulls[key] = pull
@@ -159,9 +159,9 @@ class LocalImages:
         the operator named as insecure or gave a mirror. Decided before any connection."""
         settings = self._settings
         named = (
-            *settings.pull_registries,
-            *settings.insecure_registries,
-            *settings.registry_mirrors,
+            *settings.local.pull_registries,
+            *settings.local.insecure_registries,
+            *settings.local.registry_mirrors,
         )
         return canonical_registry(registry) in {canonical_registry(r) for r in named}
 
