@@ -11,7 +11,7 @@ from orchard_env_agent.context import Mount, SandboxContext
 from orchard_env_agent.errors import ApiError
 from orchard_env_agent.output import CappedBuffer
 from orchard_env_agent.paths import resolve
-from orchard_env_agent.validate import EXEC_FIELDS, check_body
+from orchard_env_agent.validate import EXEC_BODY, check_body
 
 pytestmark = pytest.mark.fast
 
@@ -65,12 +65,12 @@ def test_buffer_binary() -> None:
 )
 def test_exec_body_rejected(body: bytes) -> None:
     with pytest.raises(ApiError) as ei:
-        check_body(body, EXEC_FIELDS, {"command"})
+        check_body(body, EXEC_BODY)
     assert ei.value.status == 422 and ei.value.code == "invalid_body"
 
 
 def test_exec_body_nulls_are_defaults() -> None:
-    out = check_body(b'{"command": ["a"], "cwd": null, "wait": true}', EXEC_FIELDS, {"command"})
+    out = check_body(b'{"command": ["a"], "cwd": null, "wait": true}', EXEC_BODY)
     assert out == {"command": ["a"], "wait": True}
 
 

@@ -1,6 +1,6 @@
-"""The client's attrs models and the server's OpenAPI schema describe the same JSON: the
-same fields, of the same types, required alike; and the client maps only error codes the
-service sends."""
+"""The client's attrs models, the server's OpenAPI schema and the in-sandbox agent's body
+validator describe the same JSON: the same fields, of the same types, required alike; and
+the client maps only error codes the service sends."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import orchard_env_agent
 import orchard_env_client.errors as client_errors
 import orchard_env_client.models as client_models
 import orchard_env_server
+from orchard_env_agent.validate import EXEC_BODY, FILE_BODY, PATCH_BODY, BodySchema
 from orchard_env_server.app import create_app
 from orchard_env_server.settings import Settings
 
@@ -159,6 +160,50 @@ def test_response_models_require_only_what_the_server_always_sends(schemas, name
     client = getattr(client_models, PAIRS[name])
     must = {f.name for f in attrs.fields(client) if f.default is attrs.NOTHING}
     assert must <= set(schemas[name].get("required", []))
+
+
+# ---------------------------------------------------------------- the agent's validator
+
+# The request bodies the orchestrator forwards to the agent, and the fields only the
+# orchestrator sets (it picks a job's id so it can answer for the job if the agent dies).
+AGENT_BODIES: dict[str, tuple[BodySchema, set[str]]] = {
+    "ExecRequest": (EXEC_BODY, {"job_id"}),
+    "ApplyPatchRequest": (PATCH_BODY, set()),
+    "WriteFileRequest": (FILE_BODY, set()),
+}
+
+# A value of each JSON type that the server's constraints on these fields admit.
+_SAMPLES: dict[str, Any] = {
+    "string": "x",
+    "integer": 3,
+    "number": 1.5,
+    "boolean": True,
+    "object": {"NAME": "value"},
+    "array": ["x"],
+}
+
+
+@pytest.mark.parametrize("name", list(AGENT_BODIES))
+def test_agent_takes_the_fields_the_server_forwards(schemas, name):
+    body, orchestrator_only = AGENT_BODIES[name]
+    assert set(body.fields) == set(schemas[name]["properties"]) | orchestrator_only
+    assert body.required == set(schemas[name].get("required", []))
+
+
+@pytest.mark.parametrize("name", list(AGENT_BODIES))
+def test_agent_field_checks_agree_with_server_types(schemas, name):
+    """Each JSON type the server admits for a field the agent admits too (it would refuse
+    what the orchestrator forwards otherwise); each it refuses the agent refuses too (a
+    caller may reach the agent directly)."""
+    body, _ = AGENT_BODIES[name]
+    disagree = {}
+    for field, prop in schemas[name]["properties"].items():
+        server = _widened(_server_types(prop)) - {"null"}
+        check = body.fields[field][0]
+        agent = {kind for kind, sample in _SAMPLES.items() if check(sample)}
+        if agent != server:
+            disagree[field] = {"server": sorted(server), "agent": sorted(agent)}
+    assert disagree == {}
 
 
 # ---------------------------------------------------------------- error codes

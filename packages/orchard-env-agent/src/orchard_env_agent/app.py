@@ -28,10 +28,10 @@ from .process import REAPER
 from .pty import run_pty
 from .runner import DEFAULT_TIMEOUT, cancel_job, start_job
 from .validate import (
-    EXEC_FIELDS,
-    FILE_FIELDS,
-    PATCH_FIELDS,
-    REGISTER_FIELDS,
+    EXEC_BODY,
+    FILE_BODY,
+    PATCH_BODY,
+    REGISTER_BODY,
     check_body,
 )
 
@@ -129,7 +129,7 @@ class Agent:
 
     async def exec(self, request: Request) -> Response:
         ctx = self.sandbox(request)
-        body = check_body(await request.body(), EXEC_FIELDS, {"command"})
+        body = check_body(await request.body(), EXEC_BODY)
         job = self._start(ctx, body)
         if not body.get("wait"):
             return JSONResponse({"job_id": job.job_id, "status": "queued"})
@@ -141,7 +141,7 @@ class Agent:
 
     async def exec_stream(self, request: Request) -> Response:
         ctx = self.sandbox(request)
-        body = check_body(await request.body(), EXEC_FIELDS, {"command"})
+        body = check_body(await request.body(), EXEC_BODY)
         body.pop("wait", None)
         queue: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
         job = self._start(ctx, body, listen=queue)
@@ -200,7 +200,7 @@ class Agent:
 
     async def apply_patch(self, request: Request) -> Response:
         ctx = self.sandbox(request)
-        body = check_body(await request.body(), PATCH_FIELDS, {"patch"})
+        body = check_body(await request.body(), PATCH_BODY)
         result = await apply_patch(
             ctx,
             body["patch"],
@@ -211,7 +211,7 @@ class Agent:
 
     async def files_post(self, request: Request) -> Response:
         ctx = self.sandbox(request)
-        body = check_body(await request.body(), FILE_FIELDS, {"path", "content"})
+        body = check_body(await request.body(), FILE_BODY)
         return await files.post_file(ctx, body)
 
     async def files_get(self, request: Request) -> Response:
@@ -265,7 +265,7 @@ class Agent:
     # ---- admin -------------------------------------------------------------------
     async def admin_register(self, request: Request) -> Response:
         self.admin(request)
-        body = check_body(await request.body(), REGISTER_FIELDS, {"sandbox_id", "token"})
+        body = check_body(await request.body(), REGISTER_BODY)
         mounts = [
             Mount(normalise_mount_path(m["path"]), m["host_path"], bool(m.get("writable", True)))
             for m in body.get("mounts", [])

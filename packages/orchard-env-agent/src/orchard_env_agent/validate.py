@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import invalid
@@ -61,10 +62,17 @@ def parse_json(raw: bytes) -> Any:
         raise invalid(f"body is not valid JSON: {exc}") from None
 
 
-def check_body(
-    raw: bytes, fields: dict[str, tuple[Check, str]], required: set[str]
-) -> dict[str, Any]:
-    """fields: name → (check, description). null means "use the default" (dropped)."""
+@dataclass(frozen=True)
+class BodySchema:
+    """A request body: its fields (name → check, description) and which are required."""
+
+    fields: dict[str, tuple[Check, str]]
+    required: frozenset[str]
+
+
+def check_body(raw: bytes, schema: BodySchema) -> dict[str, Any]:
+    """The body's fields, checked; null means "use the default" (dropped)."""
+    fields = schema.fields
     body = parse_json(raw)
     if not isinstance(body, dict):
         raise invalid("body must be a JSON object")
@@ -79,34 +87,37 @@ def check_body(
         if not check(value):
             raise invalid(f"field {name!r} must be {desc}")
         out[name] = value
-    missing = sorted(required - set(out))
+    missing = sorted(schema.required - set(out))
     if missing:
         raise invalid(f"missing required field(s): {', '.join(missing)}")
     return out
 
 
-EXEC_FIELDS: dict[str, tuple[Check, str]] = {
-    "command": (is_command, "a non-empty string or a non-empty list of strings"),
-    "timeout_seconds": (is_number, "a non-negative number"),
-    "cwd": (is_str, "a string"),
-    "env": (is_env, "an object of strings, names without '=' or NUL"),
-    "login_shell": (is_bool, "a boolean"),
-    "wait": (is_bool, "a boolean"),
-    "stdin": (is_str, "a string"),
-    # Chosen by the orchestrator, so that it knows a job's id before the agent answers
-    # and can report the job failed if the agent dies meanwhile (see jobs.JobStore.new).
-    "job_id": (is_job_suffix, "a job id: <sandbox id>.<16 hex digits>"),
-}
+EXEC_BODY = BodySchema(
+    {
+        "command": (is_command, "a non-empty string or a non-empty list of strings"),
+        "timeout_seconds": (is_number, "a non-negative number"),
+        "cwd": (is_str, "a string"),
+        "env": (is_env, "an object of strings, names without '=' or NUL"),
+        "login_shell": (is_bool, "a boolean"),
+        "wait": (is_bool, "a boolean"),
+        "stdin": (is_str, "a string"),
+        # Chosen by the orchestrator, so that it knows a job's id before the agent answers
+        # and can report the job failed if the agent dies meanwhile (see jobs.JobStore.new).
+        "job_id": (is_job_suffix, "a job id: <sandbox id>.<16 hex digits>"),
+    },
+    frozenset({"command"}),
+)
 
-PATCH_FIELDS: dict[str, tuple[Check, str]] = {
-    "patch": (is_str, "a string"),
-    "timeout_seconds": (is_number, "a non-negative number"),
-}
+PATCH_BODY = BodySchema(
+    {"patch": (is_str, "a string"), "timeout_seconds": (is_number, "a non-negative number")},
+    frozenset({"patch"}),
+)
 
-FILE_FIELDS: dict[str, tuple[Check, str]] = {
-    "path": (is_str, "a string"),
-    "content": (is_str, "a base64 string"),
-}
+FILE_BODY = BodySchema(
+    {"path": (is_str, "a string"), "content": (is_str, "a base64 string")},
+    frozenset({"path", "content"}),
+)
 
 
 def is_cgroup_procs(v: Any) -> bool:
@@ -132,25 +143,28 @@ def is_mounts(v: Any) -> bool:
     return True
 
 
-REGISTER_FIELDS: dict[str, tuple[Check, str]] = {
-    "sandbox_id": (
-        lambda v: is_str(v) and bool(v) and "." not in v,
-        "a non-empty string without '.'",
-    ),
-    "token": (lambda v: is_str(v) and bool(v), "a non-empty string"),
-    "env": (is_env, "an object of strings, names without '=' or NUL"),
-    "workdir": (is_str, "a string"),
-    "holder_pid": (lambda v: is_int(v) and v > 0, "a positive integer"),
-    "mounts": (is_mounts, "a list of {path, host_path, writable}"),
-    "cgroup_procs": (is_cgroup_procs, "a list of absolute paths to cgroup.procs files"),
-    "owner": (
-        lambda v: isinstance(v, list) and len(v) == 2 and all(is_int(i) and i >= 0 for i in v),
-        "[uid, gid]: the host ids the sandbox's root is",
-    ),
-    "user": (
-        lambda v: (
-            isinstance(v, list) and len(v) == 2 and all(is_int(i) and 0 <= i < 65536 for i in v)
+REGISTER_BODY = BodySchema(
+    {
+        "sandbox_id": (
+            lambda v: is_str(v) and bool(v) and "." not in v,
+            "a non-empty string without '.'",
         ),
-        "[uid, gid]: who commands run as inside the sandbox (its image's User)",
-    ),
-}
+        "token": (lambda v: is_str(v) and bool(v), "a non-empty string"),
+        "env": (is_env, "an object of strings, names without '=' or NUL"),
+        "workdir": (is_str, "a string"),
+        "holder_pid": (lambda v: is_int(v) and v > 0, "a positive integer"),
+        "mounts": (is_mounts, "a list of {path, host_path, writable}"),
+        "cgroup_procs": (is_cgroup_procs, "a list of absolute paths to cgroup.procs files"),
+        "owner": (
+            lambda v: isinstance(v, list) and len(v) == 2 and all(is_int(i) and i >= 0 for i in v),
+            "[uid, gid]: the host ids the sandbox's root is",
+        ),
+        "user": (
+            lambda v: (
+                isinstance(v, list) and len(v) == 2 and all(is_int(i) and 0 <= i < 65536 for i in v)
+            ),
+            "[uid, gid]: who commands run as inside the sandbox (its image's User)",
+        ),
+    },
+    frozenset({"sandbox_id", "token"}),
+)
