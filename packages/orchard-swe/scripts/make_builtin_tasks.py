@@ -20,7 +20,9 @@ For each project (pinned PyPI sdist, sha256-checked) this:
    README listing the tasks.
 
 Re-running it reproduces the same commit hashes (and, with the same git, the same bundles).
-The bug definitions are the data at the top of this file. Standard library only::
+The projects and their bugs are defined in ``builtin_tasks/<project>.toml`` next to this
+script, in the order of ``builtin_tasks/index.toml`` (the format: ``builtin_tasks/README.md``).
+Standard library only::
 
     python3 packages/orchard-swe/scripts/make_builtin_tasks.py [--sdist-dir DIR] [--check]
 
@@ -39,15 +41,19 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import tomllib
+from collections.abc import Callable, Sequence
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import verify_builtin_tasks as vbt
 
 OUT_DIR = vbt.BUILTIN_DIR
+DEFINITIONS_DIR = Path(__file__).resolve().parent / "builtin_tasks"
+INDEX_FILE = "index.toml"  # in DEFINITIONS_DIR: the projects, in order
 DEFAULT_CACHE = (
     Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "orchard-swe" / "sdists"
 )
@@ -66,6 +72,8 @@ class Edit:
 
 @dataclass(frozen=True)
 class Project:
+    """A pinned upstream release and what of its sdist the snapshot keeps."""
+
     name: str  # also the bundle's name and the instance id's prefix
     version: str
     sdist: str
@@ -82,6 +90,8 @@ class Project:
 
 @dataclass(frozen=True)
 class Task:
+    """One injected bug: the edits that inject it, the new tests and what they must show."""
+
     project: str
     number: int
     test_files: tuple[str, ...]
@@ -98,736 +108,155 @@ class Task:
 
 README_LIMIT = 8 * 1024  # upstream READMEs larger than this are replaced by a short one
 
-PROJECTS: dict[str, Project] = {
-    p.name: p
-    for p in (
-        Project(
-            name="inflection",
-            version="0.5.1",
-            sdist="inflection-0.5.1.tar.gz",
-            sha256="1a29730d366e996aaacffb2f1f1cb9593dc38e2ddd30c91250c6dde09ea9b417",
-            repo="jpvanhal/inflection",
-            license="MIT",
-            license_file="LICENSE",
-            snapshot_date="2020-08-22T08:15:01Z",
-            keep=(
-                "LICENSE",
-                "README.rst",
-                "setup.py",
-                "setup.cfg",
-                "inflection/*",
-                "test_inflection.py",
-            ),
-            readme="README.rst",
-            summary="A port of Ruby on Rails' inflector to Python.",
-        ),
-        Project(
-            name="isodate",
-            version="0.7.2",
-            sdist="isodate-0.7.2.tar.gz",
-            sha256="4cd1aa0f43ca76f4a6c6c0292a85f40b35ec2e43e315b59f06e6d32171a953e6",
-            repo="gweis/isodate",
-            license="BSD-3-Clause",
-            license_file="LICENSE",
-            snapshot_date="2024-10-08T23:04:05Z",
-            keep=("LICENSE", "README.rst", "pyproject.toml", "src/isodate/*", "tests/*"),
-            readme="README.rst",
-            summary="An ISO 8601 date/time/duration parser and formatter.",
-            pythonpath="src",
-        ),
-        Project(
-            name="tabulate",
-            version="0.9.0",
-            sdist="tabulate-0.9.0.tar.gz",
-            sha256="0095b12bf5966de529c0feb1fa08671671b3368eec77d7ef7ab114be2c068b3c",
-            repo="astanin/python-tabulate",
-            license="MIT",
-            license_file="LICENSE",
-            snapshot_date="2022-10-06T16:17:37Z",
-            keep=("LICENSE", "README.md", "pyproject.toml", "tabulate/*", "test/*"),
-            readme="README.md",
-            summary="Pretty-print tabular data in Python, a library and a command-line utility.",
-        ),
-        Project(
-            name="toolz",
-            version="1.0.0",
-            sdist="toolz-1.0.0.tar.gz",
-            sha256="2c86e3d9a04798ac556793bced838816296a2f085017664e4995cb40a1047a02",
-            repo="pytoolz/toolz",
-            license="BSD-3-Clause",
-            license_file="LICENSE.txt",
-            snapshot_date="2024-10-04T16:16:59Z",
-            keep=(
-                "LICENSE.txt",
-                "README.rst",
-                "setup.py",
-                "setup.cfg",
-                "versioneer.py",
-                "toolz/*",
-                "tlz/*",
-            ),
-            readme="README.rst",
-            summary="A set of utility functions for iterators, functions, and dictionaries.",
-        ),
-        Project(
-            name="more-itertools",
-            version="10.5.0",
-            sdist="more-itertools-10.5.0.tar.gz",
-            sha256="5482bfef7849c25dc3c6dd53a6173ae4795da2a41a80faea6700d9f5846c5da6",
-            repo="more-itertools/more-itertools",
-            license="MIT",
-            license_file="LICENSE",
-            snapshot_date="2024-09-05T12:00:00Z",
-            keep=(
-                "LICENSE",
-                "README.rst",
-                "pyproject.toml",
-                "setup.py",
-                "more_itertools/*",
-                "tests/*",
-            ),
-            readme="README.rst",
-            summary="More routines for operating on iterables, beyond itertools.",
-        ),
-    )
+
+# ---------------------------------------------------------------------------- definitions
+
+
+class DefinitionError(Exception):
+    """A task definition file that does not load; the message names the file and the task."""
+
+
+@dataclass(frozen=True)
+class Definitions:
+    """Every project and task, in the order of ``tasks.jsonl`` and the README."""
+
+    projects: dict[str, Project]
+    tasks: tuple[Task, ...]
+
+
+_TOML_TYPES = {str: "a string", int: "an integer", bool: "a boolean", float: "a float"}
+_TOML_TYPES.update({list: "an array", dict: "a table"})
+
+
+def _toml_type(value: object) -> str:
+    return _TOML_TYPES.get(type(value), type(value).__name__)
+
+
+def _read_str(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise DefinitionError(f"{where} must be a string, not {_toml_type(value)}")
+    return value
+
+
+def _read_int(value: object, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        shown = repr(value) if isinstance(value, int) else _toml_type(value)
+        raise DefinitionError(f"{where} must be a positive integer, not {shown}")
+    return value
+
+
+def _read_array(value: object, where: str) -> list[object]:
+    if not isinstance(value, list) or not value:
+        shown = "an empty array" if value == [] else _toml_type(value)
+        raise DefinitionError(f"{where} must be a non-empty array, not {shown}")
+    return value
+
+
+def _read_strs(value: object, where: str) -> tuple[str, ...]:
+    items = _read_array(value, where)
+    return tuple(_read_str(item, f"{where} #{i + 1}") for i, item in enumerate(items))
+
+
+def _read_edits(value: object, where: str) -> tuple[Edit, ...]:
+    items = _read_array(value, where)
+    return tuple(_read_table(Edit, item, f"{where} #{i + 1}") for i, item in enumerate(items))
+
+
+T = TypeVar("T", Edit, Project, Task)  # what _read_table makes
+
+# A dataclass field's annotation -> how its TOML value is read. The dataclasses are the
+# schema: a TOML table has a key for each field, and may leave out the ones with defaults.
+_READERS: dict[str, Callable[[object, str], object]] = {
+    "str": _read_str,
+    "int": _read_int,
+    "tuple[str, ...]": _read_strs,
+    "tuple[Edit, ...]": _read_edits,
 }
 
 
-TASKS: tuple[Task, ...] = (
-    # ------------------------------------------------------------------ inflection
-    Task(
-        project="inflection",
-        number=1,
-        test_files=("test_inflection.py",),
-        summary="`parameterize()` builds its clean-up regexes from the separator without "
-        "escaping it, so separators such as `.` or `+` break it.",
-        bug=(
-            Edit(
-                "inflection/__init__.py",
-                "        re_sep = re.escape(separator)\n",
-                "        re_sep = separator\n",
-            ),
-        ),
-        tests=(
-            Edit(
-                "test_inflection.py",
-                "",
-                """
+def _read_table(cls: type[T], table: object, where: str, **given: object) -> T:
+    """``cls`` from a TOML table whose keys are its fields, except those ``given``."""
+    if not isinstance(table, dict):
+        raise DefinitionError(f"{where} must be a table, not {_toml_type(table)}")
+    known = {f.name: f for f in fields(cls) if f.name not in given}
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise DefinitionError(
+            f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})"
+        )
+    missing = [name for name, f in known.items() if name not in table and f.default is MISSING]
+    if missing:
+        raise DefinitionError(f"{where}: missing field(s) {', '.join(missing)}")
+    values: dict[str, Any] = dict(given)
+    for name, value in table.items():
+        values[name] = _READERS[str(known[name].type)](value, f"{where}: {name}")
+    return cls(**values)
 
-@pytest.mark.parametrize("separator", [".", "+", "*", "|"])
-def test_parameterize_with_regex_metacharacter_separator(separator):
-    assert inflection.parameterize("Donald E. Knuth", separator) == separator.join(
-        ["donald", "e", "knuth"]
+
+def _task_where(path: Path, project: str, index: int, table: object) -> str:
+    """How errors name a task: by its instance id when it has a usable number."""
+    number = table.get("number") if isinstance(table, dict) else None
+    if isinstance(number, int) and not isinstance(number, bool):
+        return f"{path}: task {project}__{project}-{number}"
+    return f"{path}: task #{index + 1}"
+
+
+def _read_toml(path: Path) -> dict[str, object]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise DefinitionError(f"{path}: no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise DefinitionError(f"{path}: not valid TOML: {exc}") from None
+
+
+def load_project(path: Path) -> tuple[Project, tuple[Task, ...]]:
+    """A project and its tasks from ``<name>.toml`` (``[project]`` and ``[[task]]``)."""
+    data = _read_toml(path)
+    unknown = sorted(set(data) - {"project", "task"})
+    if unknown:
+        raise DefinitionError(f"{path}: unknown key(s) {', '.join(unknown)} (known: project, task)")
+    if "project" not in data:
+        raise DefinitionError(f"{path}: missing [project]")
+    if "task" not in data:
+        raise DefinitionError(f"{path}: missing [[task]] (a project has at least one task)")
+    project = _read_table(Project, data["project"], f"{path}: [project]")
+    if project.name != path.stem:
+        raise DefinitionError(f"{path}: [project] name {project.name!r} is not the file's name")
+    tasks: list[Task] = []
+    for index, table in enumerate(_read_array(data["task"], f"{path}: task")):
+        where = _task_where(path, project.name, index, table)
+        task = _read_table(Task, table, where, project=project.name)
+        if any(t.number == task.number for t in tasks):
+            raise DefinitionError(f"{where}: number {task.number} is used twice")
+        tasks.append(task)
+    return project, tuple(tasks)
+
+
+def load_definitions(directory: Path = DEFINITIONS_DIR) -> Definitions:
+    """Every project listed in ``index.toml`` of ``directory``, each from ``<name>.toml``."""
+    index_path = directory / INDEX_FILE
+    index = _read_toml(index_path)
+    if set(index) != {"projects"}:
+        raise DefinitionError(
+            f"{index_path}: must hold exactly one key, projects (has: {', '.join(index)})"
+        )
+    names = _read_strs(index["projects"], f"{index_path}: projects")
+    if len(set(names)) != len(names):
+        raise DefinitionError(f"{index_path}: projects lists a project twice")
+    unlisted = sorted(
+        p.name for p in directory.glob("*.toml") if p.name != INDEX_FILE and p.stem not in names
     )
-
-
-def test_parameterize_with_dot_separator_strips_leading_and_trailing():
-    assert inflection.parameterize("...Hello, World!...", ".") == "hello.world"
-""",
-            ),
-        ),
-        fail_to_pass=(
-            "test_inflection.py::test_parameterize_with_regex_metacharacter_separator[.]",
-            "test_inflection.py::test_parameterize_with_regex_metacharacter_separator[+]",
-            "test_inflection.py::test_parameterize_with_regex_metacharacter_separator[*]",
-            "test_inflection.py::test_parameterize_with_regex_metacharacter_separator[|]",
-            "test_inflection.py::test_parameterize_with_dot_separator_strips_leading_and_trailing",
-        ),
-        problem_statement="""\
-parameterize() fails with separators like "." or "+"
-
-`parameterize()` works with the default separator, with `_` and even with longer
-separators such as `__sep__`, but with a separator that happens to be a punctuation
-character such as `.`, `+`, `*` or `|` it either returns garbage or raises:
-
-```python
->>> import inflection
->>> inflection.parameterize("Donald E. Knuth")
-'donald-e-knuth'
->>> inflection.parameterize("Donald E. Knuth", ".")
-''
->>> inflection.parameterize("Donald E. Knuth", "+")
-Traceback (most recent call last):
-  ...
-re.error: nothing to repeat at position 0
-```
-
-Expected `'donald.e.knuth'` and `'donald+e+knuth'`: whatever characters the separator is
-made of, it should be treated as plain text, with runs of separators collapsed and leading
-or trailing separators removed, exactly as for `-`.
-""",
-    ),
-    Task(
-        project="inflection",
-        number=2,
-        test_files=("test_inflection.py",),
-        summary='`humanize()` (and so `titleize()`) removes "_id" anywhere in the string '
-        "instead of only a trailing one.",
-        bug=(
-            Edit(
-                "inflection/__init__.py",
-                '    word = re.sub(r"_id$", "", word)\n',
-                '    word = re.sub(r"_id", "", word)\n',
-            ),
-        ),
-        tests=(
-            Edit(
-                "test_inflection.py",
-                "",
-                """
-
-def test_humanize_keeps_id_inside_words():
-    assert inflection.humanize("user_identifier") == "User identifier"
-    assert inflection.humanize("valid_identity_card") == "Valid identity card"
-    assert inflection.humanize("paid_ids") == "Paid ids"
-
-
-def test_humanize_still_strips_trailing_id():
-    assert inflection.humanize("author_id") == "Author"
-    assert inflection.humanize("identity_id") == "Identity"
-
-
-def test_titleize_keeps_id_inside_words():
-    assert inflection.titleize("valid_identity") == "Valid Identity"
-""",
-            ),
-        ),
-        fail_to_pass=(
-            "test_inflection.py::test_humanize_keeps_id_inside_words",
-            "test_inflection.py::test_titleize_keeps_id_inside_words",
-        ),
-        problem_statement="""\
-humanize() mangles words that contain "_id"
-
-`humanize()` is documented to "turn underscores into spaces and strip a trailing `_id`",
-and that works for `author_id`. But any `_id` in the middle of the string disappears too,
-gluing words together:
-
-```python
->>> import inflection
->>> inflection.humanize("author_id")
-'Author'
->>> inflection.humanize("user_identifier")
-'Userentifier'
->>> inflection.titleize("valid_identity")
-'Validentity'
-```
-
-Expected `'User identifier'` and `'Valid Identity'`. Only a trailing `_id` should be
-dropped.
-""",
-    ),
-    # ------------------------------------------------------------------ isodate
-    Task(
-        project="isodate",
-        number=1,
-        test_files=("tests/test_duration.py",),
-        summary="`parse_duration()` accepts a decimal comma in day/time components but "
-        "crashes on one in years or months.",
-        bug=(
-            Edit(
-                "src/isodate/isoduration.py",
-                '                groups[key] = Decimal(groups[key][:-1].replace(",", "."))\n',
-                "                groups[key] = Decimal(groups[key][:-1])\n",
-            ),
-        ),
-        tests=(
-            Edit(
-                "tests/test_duration.py",
-                "",
-                '''
-
-def test_parse_decimal_comma_in_years_and_months():
-    """ISO 8601 allows a comma as decimal sign in every component."""
-    assert parse_duration("P1,5Y") == Duration(years=Decimal("1.5"))
-    assert parse_duration("P2Y0,5M") == Duration(years=2, months=Decimal("0.5"))
-    assert parse_duration("-P1,5Y") == Duration(years=Decimal("-1.5"))
-
-
-def test_parse_decimal_comma_in_time_components():
-    assert parse_duration("PT1,5H") == timedelta(hours=1.5)
-    assert parse_duration("P1,5D") == timedelta(days=1.5)
-''',
-            ),
-            Edit(
-                "tests/test_duration.py",
-                "from datetime import date, datetime, timedelta\n",
-                "from datetime import date, datetime, timedelta\nfrom decimal import Decimal\n",
-            ),
-        ),
-        fail_to_pass=("tests/test_duration.py::test_parse_decimal_comma_in_years_and_months",),
-        problem_statement="""\
-parse_duration() crashes on a decimal comma in years or months
-
-ISO 8601 allows both `.` and `,` as the decimal sign (the comma is even the preferred
-one). `parse_duration` handles the comma for days, hours, minutes and seconds, but not
-for years and months, where it crashes with an error from `decimal` instead of returning
-a `Duration` (or raising `ISO8601Error`):
-
-```python
->>> from isodate import parse_duration
->>> parse_duration("PT1,5H")
-datetime.timedelta(seconds=5400)
->>> parse_duration("P1.5Y")
-isodate.duration.Duration(0, 0, 0, years=1, months=0)
->>> parse_duration("P1,5Y")
-Traceback (most recent call last):
-  ...
-decimal.InvalidOperation: [<class 'decimal.ConversionSyntax'>]
-```
-
-Expected `parse_duration("P1,5Y") == parse_duration("P1.5Y")`, and likewise for months.
-""",
-    ),
-    Task(
-        project="isodate",
-        number=2,
-        test_files=("tests/test_duration.py",),
-        summary="`Duration.totimedelta(end=...)` subtracts in the wrong order and returns a "
-        "negated timedelta.",
-        bug=(
-            Edit(
-                "src/isodate/duration.py",
-                "        return end - (end - self)\n",
-                "        return (end - self) - end\n",
-            ),
-        ),
-        tests=(
-            Edit(
-                "tests/test_duration.py",
-                "",
-                '''
-
-def test_totimedelta_with_end():
-    """Conversion to timedelta counted back from an end date."""
-    dur = Duration(months=1)
-    # February 2000 has 29 days, February 2001 has 28
-    assert dur.totimedelta(end=datetime(2000, 3, 1)) == timedelta(29)
-    assert dur.totimedelta(end=datetime(2001, 3, 1)) == timedelta(28)
-    dur = Duration(years=1, days=1)
-    assert dur.totimedelta(end=datetime(2001, 1, 1)) == timedelta(367)
-
-
-def test_totimedelta_with_end_years():
-    dur = Duration(years=1)
-    # the year before 2000-03-01 contains 29 February 2000
-    assert dur.totimedelta(end=datetime(2000, 3, 1)) == timedelta(366)
-    assert dur.totimedelta(end=datetime(2001, 3, 1)) == timedelta(365)
-''',
-            ),
-        ),
-        fail_to_pass=(
-            "tests/test_duration.py::test_totimedelta_with_end",
-            "tests/test_duration.py::test_totimedelta_with_end_years",
-        ),
-        problem_statement="""\
-Duration.totimedelta(end=...) returns a negative timedelta
-
-`Duration.totimedelta()` takes either a `start` or an `end` date to anchor the years and
-months of the duration. With `start` it works; with `end` the length comes out negated:
-
-```python
->>> from datetime import datetime
->>> from isodate import Duration
->>> Duration(months=1).totimedelta(start=datetime(2000, 2, 1))
-datetime.timedelta(days=29)
->>> Duration(months=1).totimedelta(end=datetime(2000, 3, 1))
-datetime.timedelta(days=-29)
-```
-
-Expected `timedelta(days=29)` for the second call too: one month ending on 2000-03-01 is
-February 2000, which has 29 days.
-""",
-    ),
-    # ------------------------------------------------------------------ tabulate
-    Task(
-        project="tabulate",
-        number=1,
-        test_files=("test/test_output.py",),
-        summary="When `intfmt` is a list shorter than the number of columns, the remaining "
-        "columns get the float default format (`g`) instead of the integer one.",
-        bug=(
-            Edit(
-                "tabulate/__init__.py",
-                "            int_formats.extend((len(cols) - len(int_formats)) * [_DEFAULT_INTFMT])\n",
-                "            int_formats.extend((len(cols) - len(int_formats)) * [_DEFAULT_FLOATFMT])\n",
-            ),
-        ),
-        tests=(
-            Edit(
-                "test/test_output.py",
-                """def test_empty_data_with_headers():
-    "Output: table with empty data and headers as firstrow"
-""",
-                """def test_intfmt_multi():
-    "Output: integer format different for each column"
-    result = tabulate([[1234567, 7654321]], intfmt=(",", "_"), tablefmt="plain")
-    expected = "1,234,567  7_654_321"
-    assert_equal(expected, result)
-
-
-def test_intfmt_multi_shorter_than_columns():
-    "Output: columns without an integer format in the list use the default one"
-    result = tabulate([[1234567, 7654321, 42]], intfmt=[","], tablefmt="plain")
-    expected = "1,234,567  7654321  42"
-    assert_equal(expected, result)
-
-
-def test_empty_data_with_headers():
-    "Output: table with empty data and headers as firstrow"
-""",
-            ),
-        ),
-        fail_to_pass=("test/test_output.py::test_intfmt_multi_shorter_than_columns",),
-        problem_statement="""\
-Per-column intfmt: columns past the end of the list are printed in scientific notation
-
-`intfmt` can be a list with one format per column, like `floatfmt`. When the list is
-shorter than the number of columns, the columns without a format of their own should be
-formatted as if no `intfmt` had been given. Instead large integers in those columns come
-out in exponent notation:
-
-```python
->>> from tabulate import tabulate
->>> print(tabulate([[1234567, 7654321, 42]], intfmt=[","], tablefmt="plain"))
-1,234,567  7.65432e+06  42
-```
-
-Expected:
-
-```
-1,234,567  7654321  42
-```
-
-`floatfmt` and `missingval` lists that are shorter than the row behave as expected.
-""",
-    ),
-    Task(
-        project="tabulate",
-        number=2,
-        test_files=("test/test_output.py",),
-        summary='Number detection only accepts lower-case "nan"/"inf", so "NaN", "INF" or '
-        '"-Inf" turn a numeric column into a text column.',
-        bug=(
-            Edit(
-                "tabulate/__init__.py",
-                '        return string.lower() in ["inf", "-inf", "nan"]\n',
-                '        return string in ["inf", "-inf", "nan"]\n',
-            ),
-        ),
-        tests=(
-            Edit(
-                "test/test_output.py",
-                """def test_missingval():
-    "Output: substitution of missing values"
-""",
-                """def test_float_special_values_in_any_case():
-    "Output: NaN and infinity are numbers whatever their case"
-    table = [["a", 1.5], ["b", "NaN"], ["c", "INF"], ["d", "-Inf"]]
-    result = tabulate(table, tablefmt="plain")
-    expected = "\\n".join(["a     1.5", "b   nan", "c   inf", "d  -inf"])
-    assert_equal(expected, result)
-
-
-def test_float_special_values_lower_case():
-    "Output: lower-case nan and inf in a numeric column"
-    result = tabulate([["a", 1.5], ["b", "nan"], ["c", "-inf"]], tablefmt="plain")
-    expected = "\\n".join(["a     1.5", "b   nan", "c  -inf"])
-    assert_equal(expected, result)
-
-
-def test_missingval():
-    "Output: substitution of missing values"
-""",
-            ),
-        ),
-        fail_to_pass=("test/test_output.py::test_float_special_values_in_any_case",),
-        problem_statement="""\
-Numeric column becomes a text column when it contains "NaN" or "INF"
-
-A column with numbers and the string `"nan"` is treated as numeric (right/decimal
-aligned, `nan` formatted as a float). The same column with `"NaN"` (as written by many
-tools, e.g. pandas' `to_csv`) or `"INF"` / `"-Inf"` is treated as text, so it is
-left-aligned and the other numbers lose their number formatting:
-
-```python
->>> from tabulate import tabulate
->>> print(tabulate([["a", 1.5], ["b", "nan"]], tablefmt="plain"))
-a    1.5
-b  nan
->>> print(tabulate([["a", 1.5], ["b", "NaN"]], tablefmt="plain"))
-a  1.5
-b  NaN
-```
-
-Expected the second table to look like the first one. Python's `float()` accepts these
-spellings case-insensitively, and tabulate should recognise them as numbers too.
-""",
-    ),
-    # ------------------------------------------------------------------ toolz
-    Task(
-        project="toolz",
-        number=1,
-        test_files=("toolz/tests/test_dicttoolz.py",),
-        summary="`get_in()` no longer treats a TypeError during the lookup as a missing "
-        "key, so it raises instead of returning the default.",
-        bug=(
-            Edit(
-                "toolz/dicttoolz.py",
-                "    except (KeyError, IndexError, TypeError):\n",
-                "    except (KeyError, IndexError):\n",
-            ),
-        ),
-        tests=(
-            Edit(
-                "toolz/tests/test_dicttoolz.py",
-                "                             itemfilter, assoc_in)\n",
-                "                             itemfilter, assoc_in, get_in)\n",
-            ),
-            Edit(
-                "toolz/tests/test_dicttoolz.py",
-                "",
-                """
-
-def test_get_in():
-    d = {'a': {'b': [10, 20]}, 'n': None, 'x': 5}
-    assert get_in(['a', 'b', 1], d) == 20
-    assert get_in(['a', 'c'], d) is None
-    assert get_in(['a', 'b', 5], d, default=0) == 0
-    assert raises(KeyError, lambda: get_in(['a', 'c'], d, no_default=True))
-
-
-def test_get_in_returns_default_for_unsubscriptable_values():
-    d = {'a': {'b': [10, 20]}, 'n': None, 'x': 5}
-    # a list indexed by a string, None and an int indexed at all
-    assert get_in(['a', 'b', 'first'], d) is None
-    assert get_in(['n', 'anything'], d, default='missing') == 'missing'
-    assert get_in(['x', 0], d, default=0) == 0
-    assert raises(TypeError, lambda: get_in(['x', 0], d, no_default=True))
-""",
-            ),
-        ),
-        fail_to_pass=(
-            "toolz/tests/test_dicttoolz.py::test_get_in_returns_default_for_unsubscriptable_values",
-        ),
-        problem_statement="""\
-get_in raises TypeError instead of returning the default
-
-`get_in` is documented to return `default` when `coll[i0][i1]...[iX]` cannot be found
-(and to raise only when `no_default=True`). That works for missing keys and out-of-range
-indices, but when the path runs into a value that cannot be indexed that way, the lookup
-blows up:
-
-```python
->>> from toolz import get_in
->>> transaction = {'name': 'Alice', 'purchase': {'items': ['Apple', 'Orange']}}
->>> get_in(['purchase', 'items', 10], transaction)    # None, fine
->>> get_in(['purchase', 'items', 'apple'], transaction)
-Traceback (most recent call last):
-  ...
-TypeError: list indices must be integers or slices, not str
->>> get_in(['name', 'first'], {'name': None}, default='?')
-Traceback (most recent call last):
-  ...
-TypeError: 'NoneType' object is not subscriptable
-```
-
-Expected `None` and `'?'`; the `get_in` docstring even shows
-`get_in(['purchase', 'items', 'apple'], transaction)` returning `None`.
-""",
-    ),
-    Task(
-        project="toolz",
-        number=2,
-        test_files=("toolz/tests/test_itertoolz.py",),
-        summary="`partition_all()` on an iterator (no `len`) finds the end of the last, "
-        "short partition with an off-by-one binary search and truncates it.",
-        bug=(
-            Edit(
-                "toolz/itertoolz.py",
-                "                if prev[mid] is no_pad:\n                    hi = mid\n",
-                "                if prev[mid] is no_pad:\n                    hi = mid - 1\n",
-            ),
-        ),
-        tests=(
-            Edit(
-                "toolz/tests/test_itertoolz.py",
-                "",
-                """
-
-def test_partition_all_iterator_last_partition():
-    assert list(partition_all(5, iter(range(7)))) == [(0, 1, 2, 3, 4), (5, 6)]
-    assert list(partition_all(3, iter(range(7)))) == [(0, 1, 2), (3, 4, 5), (6,)]
-
-
-def test_partition_all_iterator_matches_sequence():
-    for n in range(1, 9):
-        for length in range(0, 25):
-            expected = list(partition_all(n, list(range(length))))
-            assert list(partition_all(n, iter(range(length)))) == expected, (n, length)
-""",
-            ),
-        ),
-        fail_to_pass=(
-            "toolz/tests/test_itertoolz.py::test_partition_all_iterator_last_partition",
-            "toolz/tests/test_itertoolz.py::test_partition_all_iterator_matches_sequence",
-        ),
-        problem_statement="""\
-partition_all loses items of the last partition when given an iterator
-
-`partition_all` gives different results for a list and for an iterator over the same
-items. With an iterator (or any input without `len()`), the final, shorter partition is
-often cut short or even empty:
-
-```python
->>> from toolz import partition_all
->>> list(partition_all(5, range(7)))
-[(0, 1, 2, 3, 4), (5, 6)]
->>> list(partition_all(5, iter(range(7))))
-[(0, 1, 2, 3, 4), (5,)]
->>> list(partition_all(3, iter(range(7))))
-[(0, 1, 2), (3, 4, 5), ()]
-```
-
-Expected `[(0, 1, 2, 3, 4), (5, 6)]` and `[(0, 1, 2), (3, 4, 5), (6,)]`: every element
-should be in exactly one partition, whatever kind of iterable is passed in.
-""",
-    ),
-    # ------------------------------------------------------------------ more-itertools
-    Task(
-        project="more-itertools",
-        number=1,
-        test_files=("tests/test_recipes.py",),
-        summary="`nth_combination()` converts a negative index with an off-by-one, so -1 "
-        "gives the second-to-last combination and -len raises IndexError.",
-        bug=(
-            Edit(
-                "more_itertools/recipes.py",
-                "    if index < 0:\n        index += c\n",
-                "    if index < 0:\n        index += c - 1\n",
-            ),
-        ),
-        tests=(
-            Edit(
-                "tests/test_recipes.py",
-                """    def test_invalid_index(self):
-        with self.assertRaises(IndexError):
-            mi.nth_combination('abcdefg', 3, -36)
-""",
-                """    def test_invalid_index(self):
-        with self.assertRaises(IndexError):
-            mi.nth_combination('abcdefg', 3, -36)
-
-    def test_negative_index(self):
-        iterable = 'abcdefg'
-        for r in range(len(iterable) + 1):
-            expected = list(combinations(iterable, r))
-            for index in range(-len(expected), 0):
-                actual = mi.nth_combination(iterable, r, index)
-                self.assertEqual(actual, expected[index], (r, index))
-
-    def test_last(self):
-        self.assertEqual(mi.nth_combination(range(5), 3, -1), (2, 3, 4))
-""",
-            ),
-        ),
-        fail_to_pass=(
-            "tests/test_recipes.py::NthCombinationTests::test_negative_index",
-            "tests/test_recipes.py::NthCombinationTests::test_last",
-        ),
-        problem_statement="""\
-nth_combination() with a negative index returns the wrong combination
-
-`nth_combination(iterable, r, index)` is documented as equivalent to
-`list(combinations(iterable, r))[index]` and accepts negative indices, but they are off
-by one:
-
-```python
->>> from itertools import combinations
->>> import more_itertools as mi
->>> list(combinations(range(5), 3))[-1]
-(2, 3, 4)
->>> mi.nth_combination(range(5), 3, -1)
-(1, 3, 4)
->>> list(combinations(range(5), 3))[-10]
-(0, 1, 2)
->>> mi.nth_combination(range(5), 3, -10)
-Traceback (most recent call last):
-  ...
-IndexError
-```
-
-Non-negative indices work. Expected negative indices to count from the end, as list
-indexing does.
-""",
-    ),
-    Task(
-        project="more-itertools",
-        number=2,
-        test_files=("tests/test_more.py",),
-        summary="`difference()` checks `initial` for truthiness, so `initial=0` (or 0.0) "
-        "is ignored and the first element is not dropped.",
-        bug=(
-            Edit(
-                "more_itertools/more.py",
-                "    if initial is not None:\n        first = []\n",
-                "    if initial:\n        first = []\n",
-            ),
-        ),
-        tests=(
-            Edit(
-                "tests/test_more.py",
-                """    def test_initial(self):
-        original = list(range(100))
-        accumulated = accumulate(original, initial=100)
-        actual = list(mi.difference(accumulated, initial=100))
-        self.assertEqual(actual, original)
-""",
-                """    def test_initial(self):
-        original = list(range(100))
-        accumulated = accumulate(original, initial=100)
-        actual = list(mi.difference(accumulated, initial=100))
-        self.assertEqual(actual, original)
-
-    def test_initial_zero(self):
-        accumulated = [0, 1, 3, 6, 10]  # accumulate([1, 2, 3, 4], initial=0)
-        actual = list(mi.difference(accumulated, initial=0))
-        self.assertEqual(actual, [1, 2, 3, 4])
-
-    def test_initial_roundtrip_any_value(self):
-        original = [5, -2, 7, 0, 3]
-        for initial in (0, 0.0, 10, -1):
-            accumulated = accumulate(original, initial=initial)
-            actual = list(mi.difference(accumulated, initial=initial))
-            self.assertEqual(actual, original, initial)
-""",
-            ),
-        ),
-        fail_to_pass=(
-            "tests/test_more.py::DifferenceTest::test_initial_zero",
-            "tests/test_more.py::DifferenceTest::test_initial_roundtrip_any_value",
-        ),
-        problem_statement="""\
-difference(..., initial=0) does not undo accumulate(..., initial=0)
-
-`difference` is meant to be the inverse of `itertools.accumulate`, and its `initial`
-argument mirrors `accumulate`'s: when the accumulated values started from an initial
-value, passing the same `initial` drops it again. That works for `initial=100` but not
-for `initial=0`, which is by far the most common starting value:
-
-```python
->>> from itertools import accumulate
->>> import more_itertools as mi
->>> list(mi.difference(accumulate([1, 2, 3, 4], initial=100), initial=100))
-[1, 2, 3, 4]
->>> list(mi.difference(accumulate([1, 2, 3, 4], initial=0), initial=0))
-[0, 1, 2, 3, 4]
-```
-
-Expected `[1, 2, 3, 4]` in both cases.
-""",
-    ),
-)
+    if unlisted:
+        raise DefinitionError(f"{index_path}: projects does not list {', '.join(unlisted)}")
+    projects: dict[str, Project] = {}
+    tasks: list[Task] = []
+    for name in names:
+        project, project_tasks = load_project(directory / f"{name}.toml")
+        projects[name] = project
+        tasks.extend(project_tasks)
+    return Definitions(projects, tuple(tasks))
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -1166,15 +595,17 @@ def derive_test_lists(
     return list(task.fail_to_pass), sorted(p2p)
 
 
-def build(out: Path, cache: Path, sdist_dir: Path | None, python: str) -> None:
+def build(
+    definitions: Definitions, out: Path, cache: Path, sdist_dir: Path | None, python: str
+) -> None:
     """Build every project into ``out`` (``repos/*.bundle``, ``tasks.jsonl``, ``README.md``)."""
     vbt.ensure_host_pytest(python)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="orchard-builtin-") as tmp:
         work = Path(tmp)
         bundles: dict[str, Path] = {}
-        for project in PROJECTS.values():
-            tasks = [t for t in TASKS if t.project == project.name]
+        for project in definitions.projects.values():
+            tasks = [t for t in definitions.tasks if t.project == project.name]
             print(f"{project.name} {project.version}: {len(tasks)} task(s)")
             sdist = fetch_sdist(project, cache, sdist_dir)
             built = build_project(project, tasks, sdist, work, python)
@@ -1189,7 +620,7 @@ def build(out: Path, cache: Path, sdist_dir: Path | None, python: str) -> None:
             shutil.copyfile(bundle, repos / f"{name}.bundle")
     lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     (out / "tasks.jsonl").write_text(lines, encoding="utf-8")
-    (out / "README.md").write_text(readme(rows), encoding="utf-8")
+    (out / "README.md").write_text(readme(rows, definitions), encoding="utf-8")
     print(f"wrote {len(rows)} tasks to {out / 'tasks.jsonl'} and {out / 'README.md'}")
 
 
@@ -1202,7 +633,8 @@ pure-Python projects, each with an injected (SWE-smith style) bug, a gold `patch
 `orchard_swe.tasks.load_tasks("builtin")` (or `--tasks builtin` on the command line).
 
 **Generated** by `packages/orchard-swe/scripts/make_builtin_tasks.py`, like `tasks.jsonl` and
-`repos/*.bundle`: edit the data in that script, not these files.
+`repos/*.bundle`, from the definitions in `packages/orchard-swe/scripts/builtin_tasks/` (one
+TOML file a project): edit those, not these files.
 
 ## Layout
 
@@ -1268,13 +700,13 @@ time); rebuilding about 30 s once the sdists are cached.
 """
 
 
-def readme(rows: Sequence[dict]) -> str:
-    """The README of the task set, from the data above and the built rows."""
-    by_id = {t.instance_id: t for t in TASKS}
+def readme(rows: Sequence[dict], definitions: Definitions) -> str:
+    """The README of the task set, from the definitions and the built rows."""
+    by_id = {t.instance_id: t for t in definitions.tasks}
     lines = []
     for row in rows:
         task = by_id[row["instance_id"]]
-        project = PROJECTS[task.project]
+        project = definitions.projects[task.project]
         tests = " ".join(f"`{f}`" for f in task.test_files)
         f2p, p2p = json.loads(row["FAIL_TO_PASS"]), json.loads(row["PASS_TO_PASS"])
         lines.append(
@@ -1284,9 +716,9 @@ def readme(rows: Sequence[dict]) -> str:
     projects = "\n".join(
         f"| {p.name} | {p.version} | [{p.repo}](https://github.com/{p.repo}) | {p.license} "
         f"(`{p.license_file}`) | `{p.sha256[:16]}…` |"
-        for p in PROJECTS.values()
+        for p in definitions.projects.values()
     )
-    head = README_HEAD.format(tasks=len(rows), projects=len(PROJECTS))
+    head = README_HEAD.format(tasks=len(rows), projects=len(definitions.projects))
     return head + "\n".join(lines) + "\n" + README_TAIL.format(projects=projects)
 
 
@@ -1348,11 +780,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--check", action="store_true", help="build elsewhere and compare with --out"
     )
     args = parser.parse_args(argv)
+    try:
+        definitions = load_definitions(DEFINITIONS_DIR)
+    except DefinitionError as exc:
+        raise SystemExit(f"error: {exc}") from None
     if args.check:
         with tempfile.TemporaryDirectory(prefix="orchard-builtin-check-") as tmp:
-            build(Path(tmp), args.cache_dir, args.sdist_dir, args.python)
+            build(definitions, Path(tmp), args.cache_dir, args.sdist_dir, args.python)
             return check_against(Path(tmp), args.out)
-    build(args.out, args.cache_dir, args.sdist_dir, args.python)
+    build(definitions, args.out, args.cache_dir, args.sdist_dir, args.python)
     return 0
 
 
