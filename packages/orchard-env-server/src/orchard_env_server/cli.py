@@ -7,23 +7,17 @@ import logging
 import sys
 from pathlib import Path
 
-from . import cost
 from .backends import BACKENDS
 from .images import cli as image_cli
 from .log_redaction import redact_handlers
 from .settings import Settings, parse_api_keys, parse_mirrors
 
-
-def _bench_options(parser: argparse.ArgumentParser, runs: int | None) -> None:
-    parser.add_argument("--url", default=None, help="an existing server (default: start one)")
-    parser.add_argument("--backend", default="local", choices=BACKENDS)
-    parser.add_argument(
-        "--image", default=None, help="default: host (local), orchard-test/debian (others)"
-    )
-    if runs is not None:
-        parser.add_argument("--runs", type=int, default=runs)
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--plot", type=Path, default=None, metavar="PNG", help="save a chart")
+# Subcommands of the orchard-env-bench package (it measures a running service through the
+# client, which this package does not depend on): main() passes their arguments on unparsed.
+_DELEGATED = {
+    "bench": "measure the service (needs orchard-env-bench; orchard-env bench -h)",
+    "cost": "self-hosted vs managed sandbox cost (needs orchard-env-bench)",
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -200,41 +194,8 @@ def _parser() -> argparse.ArgumentParser:
         help="delete this process's sandboxes on shutdown (the default on local and docker)",
     )
     serve.add_argument("--log-level", default="info")
-    bench = sub.add_parser("bench", help="measure the service").add_subparsers(
-        dest="bench", required=True
-    )
-    latency = bench.add_parser("latency", help="exec round trip and file throughput")
-    _bench_options(latency, runs=200)
-    latency.add_argument("--command", dest="cmd", default="true")
-    latency.add_argument(
-        "--file-runs", type=int, default=3, help="uploads/downloads per size (0: skip files)"
-    )
-    _bench_options(
-        bench.add_parser("create", help="create → ready next to a bare docker run"), runs=20
-    )
-    _bench_options(
-        bench.add_parser("bridge", help="a service bridge's round trip next to a direct call"),
-        runs=200,
-    )
-    concurrency = bench.add_parser(
-        "concurrency", help="N sandboxes at once, M commands in each, then delete all"
-    )
-    _bench_options(concurrency, runs=None)
-    concurrency.add_argument("--sandboxes", type=int, default=100)
-    concurrency.add_argument("--commands", type=int, default=10, help="per sandbox")
-    concurrency.add_argument(
-        "--connections",
-        type=int,
-        default=16,
-        help="connections per client; one client per this many sandboxes (default 16)",
-    )
-    concurrency.add_argument(
-        "--parallel",
-        type=int,
-        default=None,
-        help="commands in flight across all sandboxes (default: one per sandbox)",
-    )
-    cost.add_parser(sub)
+    for name, text in _DELEGATED.items():  # listed in --help; main() hands them over
+        sub.add_parser(name, help=text, add_help=False)
     image_cli.add_parser(sub)
     serve.add_argument(
         "--access-log", action="store_true", help="one JSON line per request (request id, ms)"
@@ -328,60 +289,33 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench(args: argparse.Namespace) -> int:
-    import json
-
-    from . import bench
-
-    for name in ("runs", "sandboxes", "commands", "connections", "file_runs", "parallel"):
-        value = getattr(args, name, None)
-        if value is not None and value < (0 if name == "file_runs" else 1):
-            raise SystemExit(f"orchard-env bench: --{name.replace('_', '-')} must be positive")
-    if args.bench == "create":
-        results = bench.bench_create(args.url, args.backend, args.runs, args.image)
-        show, plot = bench.print_create, bench.plot_create
-    elif args.bench == "bridge":
-        results = bench.bench_bridge(args.url, args.backend, args.runs, args.image)
-        show, plot = bench.print_bridge, bench.plot_bridge
-    elif args.bench == "concurrency":
-        results = bench.bench_concurrency(
-            args.url,
-            args.backend,
-            args.sandboxes,
-            args.commands,
-            args.image,
-            connections=args.connections,
-            quiet=args.json,
-            parallel=args.parallel,
+def _delegate(command: str, argv: list[str]) -> int:
+    """Run ``orchard-env bench|cost ARGV`` by the orchard-env-bench package, which parses the
+    arguments itself; 2 with a message when it is not installed."""
+    try:
+        from orchard_env_bench.cli import main as bench_main
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("orchard_env_bench", "orchard_env_bench.cli"):
+            raise  # installed, but something it imports is missing: show that
+        print(
+            f"orchard-env {command}: the benches and the cost model are a separate package: "
+            "install orchard-env-bench (pip install orchard-env-bench; in this workspace, "
+            "uv sync --all-packages)",
+            file=sys.stderr,
         )
-        show, plot = bench.print_concurrency, bench.plot_concurrency
-    else:
-        results = bench.bench_latency(
-            args.url, args.backend, args.runs, args.cmd, args.image, file_runs=args.file_runs
-        )
-        show, plot = bench.print_latency, bench.plot_latency
-    if args.plot is not None:
-        plot(results, args.plot)
-    public = {k: v for k, v in results.items() if not k.startswith("_")}
-    if args.json:
-        print(json.dumps(public, indent=2))
-    else:
-        show(public)
-        if args.plot is not None:
-            print(f"plot saved to {args.plot}")
-    if args.bench == "concurrency" and public["success_rate"] < 1.0:
-        return 1
-    return 0
+        return 2
+    if command == "cost":
+        return bench_main(["cost", *argv], prog="orchard-env")
+    return bench_main(argv, prog="orchard-env bench", with_cost=False)
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in _DELEGATED:
+        return _delegate(argv[0], argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
-    if args.command == "bench":
-        return _bench(args)
-    if args.command == "cost":
-        return cost.run(args)
     if args.command == "image":
         return image_cli.run(args)
     return 2

@@ -124,7 +124,7 @@ def _baseline(backend: str, sandbox_id: str, command: str) -> tuple[list[str], s
         argv = ["docker", "exec", f"orchard-{sandbox_id}", "sh", "-c", command]
         return argv, "docker exec <container> sh -c command"
     if backend == "kubernetes":
-        from ..backends.kubernetes.spec import object_name
+        from orchard_env_server.backends.kubernetes.spec import object_name
 
         kubectl = os.environ.get("KUBECTL") or shutil.which("kubectl") or "kubectl"
         namespace = os.environ.get("ORCHARD_ENV_NAMESPACE", "orchard-sandboxes")

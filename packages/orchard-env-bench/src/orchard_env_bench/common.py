@@ -180,9 +180,7 @@ def pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise SystemExit(
-            "--plot needs matplotlib: pip install 'orchard-env-server[plot]'"
-        ) from None
+        raise SystemExit("--plot needs matplotlib: pip install 'orchard-env-bench[plot]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

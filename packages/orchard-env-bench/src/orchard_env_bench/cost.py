@@ -517,7 +517,8 @@ _PRICED_FLAGS: dict[str, tuple[str, str]] = {
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``cost`` subcommand to ``orchard-env``'s subparsers."""
+    """Add the ``cost`` subcommand to a command line's subparsers (``orchard-env-bench``'s,
+    which ``orchard-env cost`` runs too)."""
     parser = subparsers.add_parser(
         "cost",
         help="self-hosted vs managed sandbox cost",
@@ -693,14 +694,15 @@ def _input_value(report: CostReport, dest: str) -> float:
     return mapping[dest]
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the ``cost`` subcommand: 0 on success, 2 (message on stderr) on bad input."""
+def run(args: argparse.Namespace, prog: str = "orchard-env cost") -> int:
+    """Run the ``cost`` subcommand: 0 on success, 2 (``prog: error: ...`` on stderr) on bad
+    input."""
     import sys
 
     try:
         report = report_from_args(args)
     except CostInputError as exc:
-        print(f"orchard-env cost: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
