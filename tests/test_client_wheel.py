@@ -46,6 +46,7 @@ def test_every_package_builds_as_its_own_wheel(tmp_path):
     assert sorted(wheels) == [
         "orchard_claw",
         "orchard_env_agent",
+        "orchard_env_bench",
         "orchard_env_client",
         "orchard_env_server",
         "orchard_gui",

@@ -1,4 +1,6 @@
-"""The benches run end to end and report what the docs promise (shapes, never times)."""
+"""The benches run end to end and report what the docs promise (shapes, never times): by
+``orchard-env-bench``, and by ``orchard-env bench`` and ``orchard-env cost``, which hand over
+to it."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from orchard_env_bench.cli import main as bench_main
 from orchard_env_server.cli import main
 from orchard_testing import only_backend
 
@@ -14,7 +17,7 @@ pytestmark = [pytest.mark.integration, only_backend("local")]
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
-    assert main(["bench", *argv, "--json"]) == 0
+    assert bench_main([*argv, "--json"]) == 0
     result: dict[str, object] = json.loads(capsys.readouterr().out)
     return result
 
@@ -63,7 +66,8 @@ def test_concurrency_counts_every_command_and_leaves_nothing(backend, capsys, tm
 
 
 def test_create_and_cost_from_a_bench_result(backend, capsys, tmp_path: Path):
-    created = _run(capsys, "create", "--runs", "3")
+    assert main(["bench", "create", "--runs", "3", "--json"]) == 0  # orchard-env bench
+    created = json.loads(capsys.readouterr().out)
     assert {"p50_ms", "p99_ms"} <= set(created["orchard"])  # type: ignore[arg-type]
     bench = _run(capsys, "concurrency", "--sandboxes", "2", "--commands", "1")
     (tmp_path / "bench.json").write_text(json.dumps(bench))

@@ -1,4 +1,5 @@
-"""``orchard-env cost``: the cost model, the bench-derived density and the command line."""
+"""``orchard-env cost``: the cost model, the bench-derived density and the command line
+(the server's ``orchard-env cost``, which hands over to this package, and ours)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchard_env_server import cost
-from orchard_env_server.cli import main
-from orchard_env_server.cost import (
+from orchard_env_bench import cost
+from orchard_env_bench.cli import main as bench_main
+from orchard_env_bench.cost import (
     DEFAULT_SOURCES,
     GIB,
     CostInputError,
@@ -25,6 +26,7 @@ from orchard_env_server.cost import (
     per_node_explicit,
     per_node_from_bench,
 )
+from orchard_env_server.cli import main
 
 pytestmark = pytest.mark.fast
 
@@ -374,3 +376,23 @@ def test_cli_rejects_both_density_sources(capsys, tmp_path):
         )
     assert exit_info.value.code == 2
     assert "not allowed with" in capsys.readouterr().err
+
+
+def test_orchard_env_bench_cost_is_the_same_command(capsys):
+    argv = ["--sandboxes", "5", "--hours", "1", "--json"]
+    assert bench_main(["cost", *argv]) == 0
+    ours = json.loads(capsys.readouterr().out)
+    assert main(["cost", *argv]) == 0
+    assert json.loads(capsys.readouterr().out) == ours
+    assert bench_main(["cost", "--sandboxes", "3", "--hours", "0"]) == 2
+    assert "orchard-env-bench cost: error: hours must be" in capsys.readouterr().err
+
+
+def test_the_orchard_env_bench_subcommand_has_no_cost(capsys):
+    """``orchard-env bench`` lists the benches only: the cost model is ``orchard-env cost``."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "cost", "--sandboxes", "1", "--hours", "1"])
+    assert exit_info.value.code == 2
+    assert "orchard-env bench: error: argument bench: invalid choice: 'cost'" in (
+        capsys.readouterr().err.replace("\n", " ")
+    )
