@@ -28,6 +28,8 @@ def test_latency_reports_the_three_paths_ratios_and_file_throughput(backend, cap
     for path in ("orchard", "orchard_http", "agent_direct", "baseline"):
         assert {"p50_ms", "p90_ms", "p99_ms"} <= set(result[path])  # type: ignore[arg-type]
     assert result["ratio_p50"] and result["orchestrator_overhead_p50_ms"] is not None
+    assert result["agent_vs_baseline_p50"]  # agent-side exec beside bash -c (issue 21)
+    assert result["figures"][0]["target"] == 1.5  # type: ignore[index]
     files = result["files"]
     assert isinstance(files, dict) and set(files) == {"1MiB", "100MiB"}
     assert all(r["upload_mb_s"] > 0 and r["download_mb_s"] > 0 for r in files.values())
@@ -63,12 +65,32 @@ def test_concurrency_counts_every_command_and_leaves_nothing(backend, capsys, tm
     assert result["per_sandbox_memory_bytes"] is not None and result["orchestrator_peak_rss_bytes"]
     assert "_memory_series" not in result
     assert plot.read_bytes().startswith(b"\x89PNG")
+    # issue 21's figures: whole run, delete wall, RSS at start, and nothing left behind
+    assert result["commands_per_s_whole_run"] > 0 and result["delete_wall_s"] is not None
+    assert result["orchestrator_start_rss_bytes"]
+    assert result["orchestrator_rss_growth_per_sandbox_bytes"] is not None
+    leaks = result["leaks"]
+    assert isinstance(leaks, dict)
+    assert set(leaks["after"]) == {
+        "processes",
+        "cgroup_dirs",
+        "mounts",
+        "sandbox_dirs",
+        "uid_claims",
+    }
+    assert leaks["after"] == dict.fromkeys(leaks["after"], 0) and result["leaks_total"] == 0
+    names = {f["name"] for f in result["figures"]}  # type: ignore[attr-defined]
+    assert {"delete all, client wall time", "create → ready p99, all at once"} <= names
 
 
 def test_create_and_cost_from_a_bench_result(backend, capsys, tmp_path: Path):
     assert main(["bench", "create", "--runs", "3", "--json"]) == 0  # orchard-env bench
     created = json.loads(capsys.readouterr().out)
     assert {"p50_ms", "p99_ms"} <= set(created["orchard"])  # type: ignore[arg-type]
+    # the local baseline is a bare bwrap of /bin/true, interleaved with Orchard's creates
+    assert {"p50_ms", "p99_ms"} <= set(created["baseline"]) and created["ratio_p50"]
+    assert "bwrap" in created["baseline_name"]
+    assert created["figures"][0]["name"] == "local create → ready p50"
     bench = _run(capsys, "concurrency", "--sandboxes", "2", "--commands", "1")
     (tmp_path / "bench.json").write_text(json.dumps(bench))
     assert (

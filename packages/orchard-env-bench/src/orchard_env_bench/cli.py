@@ -40,8 +40,16 @@ def add_bench_parsers(subparsers: argparse._SubParsersAction) -> None:
     latency.add_argument(
         "--file-runs", type=int, default=3, help="uploads/downloads per size (0: skip files)"
     )
-    _bench_options(
-        subparsers.add_parser("create", help="create → ready next to a bare docker run"), runs=20
+    create = subparsers.add_parser(
+        "create", help="create → ready next to a bare bwrap (local) or docker run (Docker)"
+    )
+    _bench_options(create, runs=20)
+    create.add_argument(
+        "--concurrent",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also N creates at once next to a loop of N docker run -d (Docker)",
     )
     _bench_options(
         subparsers.add_parser("bridge", help="a service bridge's round trip next to a direct call"),
@@ -96,7 +104,9 @@ def _bench_functions(name: str) -> tuple[Runner, Printer, Plotter]:
         from . import create
 
         return (
-            lambda a: create.bench_create(a.url, a.backend, a.runs, a.image),
+            lambda a: create.bench_create(
+                a.url, a.backend, a.runs, a.image, concurrent=a.concurrent
+            ),
             create.print_create,
             create.plot_create,
         )
@@ -138,7 +148,15 @@ def _bench_functions(name: str) -> tuple[Runner, Printer, Plotter]:
 def run_bench(args: argparse.Namespace, prog: str = "orchard-env-bench") -> int:
     """Run the bench ``args`` name and show its result: 0, or 1 when ``concurrency`` saw a
     sandbox fail. Exits with a message naming ``prog`` on a count below 1."""
-    for name in ("runs", "sandboxes", "commands", "connections", "file_runs", "parallel"):
+    for name in (
+        "runs",
+        "sandboxes",
+        "commands",
+        "connections",
+        "file_runs",
+        "parallel",
+        "concurrent",
+    ):
         value = getattr(args, name, None)
         if value is not None and value < (0 if name == "file_runs" else 1):
             raise SystemExit(f"{prog}: --{name.replace('_', '-')} must be positive")

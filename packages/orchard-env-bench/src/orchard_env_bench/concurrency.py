@@ -11,6 +11,12 @@ starts its own server, it also sums the proportional set size (PSS) of the serve
 process tree (orchestrator, agent and every process under them: on the local backend, the
 sandboxes themselves) before and after the creates: a per-sandbox figure that other
 processes' memory churn cannot hide, as it can hide a few sandboxes in the machine's total.
+
+Issue 21's figures come out beside their baselines and targets (``figures``): commands/s
+over the whole run (the three phases), create → ready p99, the client-visible wall time of
+deleting all N, memory per sandbox, the orchestrator's RSS at start, at peak and its growth
+per sandbox, and, on the local backend with the bench's own server, what was left behind
+(``leaks``: processes, cgroup dirs, mounts, sandbox dirs, uid claims; see ``leaks``).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from rich.table import Table
 
 from orchard_env_client import AsyncSandbox, AsyncSandboxClient, pooled_transport
 
+from . import leaks
 from .common import (
     OwnServer,
     default_image,
@@ -36,6 +43,16 @@ from .common import (
     machine_facts,
     percentiles,
     pyplot,
+)
+from .targets import (
+    ISSUE21_CREATE_P99_MS,
+    ISSUE21_DELETE_WALL_S,
+    ISSUE21_SOURCE,
+    ISSUE21_SPAWN_P50_MS,
+    ISSUE21_WHOLE_RUN_COMMANDS_PER_S,
+    figure,
+    print_figures,
+    spawn_reference,
 )
 
 
@@ -46,6 +63,7 @@ class MemorySampler:
         self._procs = {name: psutil.Process(pid) for name, pid in pids.items() if pid}
         self._interval = interval_s
         self.peak_rss: dict[str, int] = dict.fromkeys(self._procs, 0)
+        self.start_rss: dict[str, int] = {}
         self.used_series: list[tuple[float, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-memory", daemon=True)
@@ -81,7 +99,9 @@ class MemorySampler:
     def sample(self) -> None:
         for name, proc in self._procs.items():
             with contextlib.suppress(psutil.Error):
-                self.peak_rss[name] = max(self.peak_rss[name], proc.memory_info().rss)
+                rss = proc.memory_info().rss
+                self.start_rss.setdefault(name, rss)
+                self.peak_rss[name] = max(self.peak_rss[name], rss)
         self.used_series.append((time.monotonic() - self._t0, self.used_bytes()))
 
     def _run(self) -> None:
@@ -234,10 +254,13 @@ def bench_concurrency(
     own = None if url else OwnServer(backend, ["--max-inflight", str(max(1024, 4 * sandboxes))])
     base = url or own.url  # type: ignore[union-attr]
     pids: dict[str, int | None] = {}
+    before: set[int] = set()
     if own is not None:
         pids["orchestrator"] = own.pid
         if backend == "local":
             pids["agent"] = local_agent_pid(own.state_dir)
+            before = leaks.descendants(own.pid)
+    spawn_p50 = spawn_reference()
     started = time.perf_counter()
     try:
         with (
@@ -254,6 +277,8 @@ def bench_concurrency(
             raw = asyncio.run(
                 _run(base, image, sandboxes, commands, connections, parallel, sampler, progress)
             )
+        if own is not None and backend == "local":
+            raw["leaks"] = leaks.settle(own.state_dir, own.pid, before)
     finally:
         if own:
             own.close()
@@ -292,7 +317,107 @@ def bench_concurrency(
         "machine": machine_facts(),
         "_memory_series": sampler.used_series,
     }
+    results.update(_rss_and_leaks(sampler, raw, succeeded))
+    results["reference_spawn_p50_ms"] = spawn_p50
+    results["figures"] = _figures(results)
     return results
+
+
+def _rss_and_leaks(sampler: MemorySampler, raw: dict[str, Any], alive: int) -> dict[str, Any]:
+    """The orchestrator's RSS at start / peak / growth per sandbox, whole-run commands/s
+    (over the three phases, not the bench's start-up), the client-visible delete time and
+    the leak counts (None where not counted: another backend, or a server given by URL)."""
+    start = sampler.start_rss.get("orchestrator")
+    peak = sampler.peak_rss.get("orchestrator")
+    phases = raw["phases"]
+    busy = sum(phases.get(k, 0.0) for k in ("create_s", "commands_s", "delete_s"))
+    found = raw.get("leaks")
+    return {
+        "orchestrator_start_rss_bytes": start,
+        "orchestrator_rss_growth_per_sandbox_bytes": (peak - start) / max(1, alive)
+        if start is not None and peak is not None
+        else None,
+        "commands_per_s_whole_run": len(raw["command_s"]) / busy if busy else 0.0,
+        "delete_wall_s": phases.get("delete_s"),
+        "leaks": found,
+        "leaks_total": sum(found["after"].values()) if found else None,
+    }
+
+
+def _figures(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 21's targets for this bench, beside the numbers the issue started from."""
+    mib = float(1 << 20)
+    pss = r.get("per_sandbox_pss_bytes")
+    growth = r.get("orchestrator_rss_growth_per_sandbox_bytes")
+    figures = [
+        figure(
+            "commands/s, whole run (create → delete)",
+            r["commands_per_s_whole_run"],
+            "/s",
+            baseline=ISSUE21_WHOLE_RUN_COMMANDS_PER_S,
+            baseline_name=ISSUE21_SOURCE,
+            target=3 * ISSUE21_WHOLE_RUN_COMMANDS_PER_S,
+            sense="min",
+            target_text=f"≥ 3x ({3 * ISSUE21_WHOLE_RUN_COMMANDS_PER_S:.0f} /s)",
+        ),
+        figure(
+            "create → ready p99, all at once",
+            r["create_latency"]["p99_ms"],
+            "ms",
+            baseline=ISSUE21_CREATE_P99_MS,
+            baseline_name=ISSUE21_SOURCE,
+            target=8000.0,
+        ),
+        figure("create → ready p50, all at once", r["create_latency"]["p50_ms"], "ms"),
+        figure(
+            "delete all, client wall time",
+            r["delete_wall_s"],
+            "s",
+            baseline=ISSUE21_DELETE_WALL_S,
+            baseline_name=ISSUE21_SOURCE,
+            target=3.0,
+        ),
+        figure(
+            "memory per sandbox (PSS of the server's tree)"
+            if pss is not None
+            else "memory per sandbox (machine's used memory)",
+            (pss if pss is not None else r["per_sandbox_memory_bytes"]) / mib,
+            "MiB",
+            target=2.0,
+        ),
+    ]
+    start = r.get("orchestrator_start_rss_bytes")
+    if start is not None and growth is not None:
+        figures.append(
+            figure(
+                "orchestrator RSS: peak (baseline: at start)",
+                r["orchestrator_peak_rss_bytes"] / mib,
+                "MiB",
+                baseline=start / mib,
+                baseline_name="at start",
+                target_text="flat in sandbox count",
+            )
+        )
+        figures.append(
+            figure(
+                "orchestrator RSS growth per sandbox", growth / 1024, "KiB", target_text="~0 (flat)"
+            )
+        )
+    figures.append(
+        figure(
+            "machine yardstick: bash -c true spawn p50 (before the run)",
+            r["reference_spawn_p50_ms"],
+            "ms",
+            baseline=ISSUE21_SPAWN_P50_MS,
+            baseline_name=ISSUE21_SOURCE,
+            target_text="none: >1x means a slower machine than the baselines'",
+        )
+    )
+    if r.get("leaks") is not None:
+        figures.append(
+            figure("things left after delete (all kinds)", r["leaks_total"], "", target=0.0)
+        )
+    return figures
 
 
 def print_concurrency(results: dict[str, Any], out: Console | None = None) -> None:
@@ -347,12 +472,38 @@ def print_concurrency(results: dict[str, Any], out: Console | None = None) -> No
         )
     for name, rss in results["peak_rss_bytes"].items():
         rows.append((f"peak RSS of the {name}", f"{rss / mib:.0f} MiB"))
-    rows.append(("sandboxes left after delete", str(results["sandboxes_left_after_delete"])))
+    rows += _rss_and_leak_rows(results)
     for name, value in rows:
         table.add_row(name, value)
     out.print(table)
+    print_figures(results.get("figures", []), out)
     for error in results["errors"]:
         out.print(f"[red]error:[/red] {error}")
+
+
+def _rss_and_leak_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
+    mib = 1 << 20
+    rows = [
+        ("commands/s (whole run: the three phases)", f"{results['commands_per_s_whole_run']:.0f}"),
+        ("delete all, client wall time", f"{results['delete_wall_s'] or 0:.2f} s"),
+    ]
+    if results.get("orchestrator_start_rss_bytes") is not None:
+        rows.append(
+            (
+                "orchestrator RSS at start / peak / growth per sandbox",
+                f"{results['orchestrator_start_rss_bytes'] / mib:.0f} / "
+                f"{results['orchestrator_peak_rss_bytes'] / mib:.0f} MiB / "
+                f"{results['orchestrator_rss_growth_per_sandbox_bytes'] / 1024:.1f} KiB",
+            )
+        )
+    rows.append(("sandboxes left after delete (API)", str(results["sandboxes_left_after_delete"])))
+    found = results.get("leaks")
+    if found:
+        for when, label in (("at_delete", "as delete returned"), ("after", "after reaping")):
+            counts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in found[when].items())
+            rows.append((f"left behind {label}", counts))
+        rows.append(("reaping settled in", f"{found['settle_s']:.1f} s"))
+    return rows
 
 
 def plot_concurrency(results: dict[str, Any], path: Path) -> None:

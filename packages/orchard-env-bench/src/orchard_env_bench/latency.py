@@ -4,6 +4,9 @@ Every number comes from one run on this machine: the full path (client → orche
 agent → process), the agent called directly (no orchestrator), and the baseline — a bare
 process spawn of the same command locally, ``docker exec`` in the same container on
 Docker. File throughput moves 1 MB and 100 MB each way through the raw ``/fs`` stream.
+With the bench's own server, the plain HTTP call to the server, the one to the agent and
+the baseline take turns in every round, so the agent-side exec p50 over the bare spawn's
+(issue 21's figure, target 1.5x on the local backend) compares numbers of the same moments.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +35,10 @@ from .common import (
     time_interleaved,
 )
 from .common import time_calls as _time
+from .targets import figure, print_figures
 
 FILE_SIZES = (1 << 20, 100 << 20)
+AGENT_TARGET_RATIO = 1.5  # issue 21: agent-side exec p50 within 1.5x of a bare spawn
 
 
 def bench_latency(
@@ -59,16 +65,19 @@ def bench_latency(
         with SandboxClient(base_url=base) as client:
             sandbox = client.create_sandbox(image)
             results["orchard"] = _time("orchard exec", runs, lambda: sandbox.exec(command))
-            agent = _direct_agent(own.state_dir, sandbox.sandbox_id) if own else None
-            if agent is not None:
-                results.update(
-                    _orchestrator_vs_agent(base, sandbox.sandbox_id, agent, command, runs)
-                )
             argv, results["baseline_name"] = _baseline(backend, sandbox.sandbox_id, command)
             _check_baseline(argv, sandbox.exec(command).exit_code)
-            results["baseline"] = _time(
-                "baseline", runs, lambda: subprocess.run(argv, check=False, capture_output=True)
-            )
+
+            def spawn() -> None:
+                subprocess.run(argv, check=False, capture_output=True)
+
+            agent = _direct_agent(own.state_dir, sandbox.sandbox_id) if own else None
+            if agent is not None:  # the baseline interleaved with the agent and the server
+                results.update(
+                    _orchestrator_vs_agent(base, sandbox.sandbox_id, agent, command, runs, spawn)
+                )
+            else:
+                results["baseline"] = _time("baseline", runs, spawn)
             if file_runs > 0:
                 results["files"] = _file_throughput(sandbox, file_runs)
             sandbox.delete()
@@ -80,7 +89,35 @@ def bench_latency(
         results["orchestrator_overhead_p50_ms"] = (
             results["orchard_http"]["p50_ms"] - results["agent_direct"]["p50_ms"]
         )
+        results["agent_vs_baseline_p50"] = (
+            results["agent_direct"]["p50_ms"] / results["baseline"]["p50_ms"]
+        )
+    results["figures"] = _figures(results)
     return results
+
+
+def _figures(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 21: on the local backend the agent-side exec p50 within 1.5x of a bare
+    ``bash -c`` spawn on the host (the agent called directly, no orchestrator)."""
+    if results["backend"] != "local" or "agent_direct" not in results:
+        return []
+    return [
+        figure(
+            "agent-side exec p50 / bash -c spawn p50",
+            results["agent_vs_baseline_p50"],
+            "x",
+            baseline=1.0,
+            baseline_name=f"{results['baseline_name']}: {results['baseline']['p50_ms']:.2f} ms",
+            target=AGENT_TARGET_RATIO,
+        ),
+        figure(
+            "agent-side exec p50",
+            results["agent_direct"]["p50_ms"],
+            "ms",
+            baseline=results["baseline"]["p50_ms"],
+            baseline_name="bash -c spawn",
+        ),
+    ]
 
 
 def _orchestrator_vs_agent(
@@ -89,9 +126,11 @@ def _orchestrator_vs_agent(
     agent: tuple[str, dict[str, str], str | None],
     command: str,
     runs: int,
+    baseline: Callable[[], None],
 ) -> dict[str, Any]:
     """The same plain HTTP client calls the orchestrator and the agent, alternately, so the
-    difference is the orchestrator's hop alone (not the SDK's, nor the machine's drift)."""
+    difference is the orchestrator's hop alone (not the SDK's, nor the machine's drift);
+    the ``baseline`` spawn takes its turn in each round too."""
     agent_url, agent_headers, uds = agent
     body = {"command": command, "wait": True}
     key = os.environ.get("ORCHARD_ENV_API_KEY")
@@ -104,8 +143,9 @@ def _orchestrator_vs_agent(
             "agent_direct": lambda: to_agent.post(
                 agent_url + "/exec", json=body, headers=agent_headers
             ),
+            "baseline": baseline,
         }
-        return time_interleaved("orchestrator vs agent direct", runs, calls)
+        return time_interleaved("server, agent and baseline, alternated", runs, calls)
 
 
 def _check_baseline(argv: list[str], expected: int | None) -> None:
@@ -220,6 +260,7 @@ def print_latency(results: dict[str, Any], out: Console | None = None) -> None:
             f"orchestrator adds {results['orchestrator_overhead_p50_ms']:.2f} ms at p50 "
             "(plain HTTP to the server minus plain HTTP to the agent, calls alternated)"
         )
+    print_figures(results.get("figures", []), out)
     if "files" in results:
         from rich.table import Table
 
