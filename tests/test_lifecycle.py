@@ -155,6 +155,35 @@ def test_a_graceful_stop_leaves_no_process_or_directory_behind(fresh_server, ima
     assert leftovers(fresh_server) == []
 
 
+def test_deleted_sandboxes_stay_deleted_and_leave_nothing_even_if_the_server_dies(
+    fresh_server, image
+):
+    """Delete answers before the removal is over (it continues in the background); a
+    server killed right after its answers still removes them all when it starts again,
+    and an id may be taken again at once."""
+    fresh_server.start()
+    with SandboxClient(base_url=fresh_server.url, auto_cleanup=False) as client:
+        sandboxes = [client.create_sandbox(image) for _ in range(6)]
+        for sbx in sandboxes:
+            sbx.start("sleep 300")
+        reused = sandboxes[0].sandbox_id
+        sandboxes[0].delete()
+        again = client.create_sandbox(image, sandbox_id=reused)
+        assert again.exec("echo fresh").stdout == "fresh\n"
+        again.delete()
+        for sbx in sandboxes[1:]:
+            sbx.delete()
+    fresh_server.kill()
+    fresh_server.start()
+    with SandboxClient(base_url=fresh_server.url) as client:
+        assert client.list_sandboxes() == []
+        deadline = time.monotonic() + 60
+        while client.resources()["sandboxes_reaping"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+    fresh_server.stop()
+    assert leftovers(fresh_server) == []
+
+
 @only_backend("local")  # the shared agent is the local backend's; Docker: test_docker.py
 def test_sandboxes_of_a_dead_agent_are_cleaned_or_served_again(fresh_server, image):
     fresh_server.start()

@@ -89,6 +89,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         await require_tenant(request)
         data = (await backend.resources()).to_json()
         data["sandboxes_known"] = request.app.state.service.count()
+        data["sandboxes_reaping"] = request.app.state.service.reaping()
         return JSONResponse(data)
 
     @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)

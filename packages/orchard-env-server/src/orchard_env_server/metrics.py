@@ -20,6 +20,11 @@ LATENCY = Histogram(
     registry=REGISTRY,
 )
 SANDBOXES = Gauge("orchard_sandboxes", "Sandboxes known to this replica", registry=REGISTRY)
+REAPING = Gauge(
+    "orchard_sandboxes_reaping",
+    "Deleted sandboxes whose removal is still under way",
+    registry=REGISTRY,
+)
 INFLIGHT = Gauge("orchard_inflight_operations", "Operations in flight", registry=REGISTRY)
 REJECTED = Counter(
     "orchard_rejected_total", "Requests refused with 503 because of load", registry=REGISTRY

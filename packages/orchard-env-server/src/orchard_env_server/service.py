@@ -51,6 +51,8 @@ class SandboxService:
         self._inflight = 0
         self._reaper: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # Deleted sandboxes whose removal goes on after the client had its answer.
+        self._reaping: dict[str, asyncio.Task[None]] = {}
         self._checking: set[str] = set()
         self._last_health_check = 0.0
         self.jobs = JobLedger()
@@ -78,6 +80,8 @@ class SandboxService:
                 await self._reaper
         for task in list(self._tasks):
             task.cancel()
+        if self._reaping:  # deleted is deleted: finish before anything else stops
+            await asyncio.gather(*self._reaping.values(), return_exceptions=True)
         if self._bridges is not None:
             await self._bridges.close()
         keep = self.settings.keep_sandboxes_on_exit
@@ -165,9 +169,15 @@ class SandboxService:
     def count(self) -> int:
         return len(self._records)
 
+    def reaping(self) -> int:
+        """Deleted sandboxes whose removal is still under way."""
+        return len(self._reaping)
+
     # -- create / wait / delete -----------------------------------------------------
     async def create(self, tenant: str, req: CreateSandboxRequest) -> SandboxRecord:
         sandbox_id = req.sandbox_id or f"sbx-{secrets.token_hex(6)}"
+        if sandbox_id in self._reaping:  # the id's last sandbox is still being removed
+            await asyncio.shield(self._reaping[sandbox_id])
         if sandbox_id in self._records:
             raise conflict(f"sandbox id {sandbox_id!r} is taken", "sandbox_exists")
         owned = sum(1 for r in self._records.values() if r.tenant == tenant)
@@ -249,24 +259,52 @@ class SandboxService:
         return record
 
     async def delete(self, tenant: str, sandbox_id: str) -> None:
+        """Answer once the sandbox runs nothing and is doomed for good (the backend's
+        ``retire``); the rest of its removal runs in the background (``reaping``)."""
         record = self.get(tenant, sandbox_id)
-        await self._destroy(record, "terminated", None)
+        retired = await self._retire(record, "terminated", None)
         self._records.pop(sandbox_id, None)
         metrics.SANDBOXES.set(len(self._records))
+        if retired:
+            task = asyncio.create_task(self._reap_deleted(record))
+            self._reaping[sandbox_id] = task
+            metrics.REAPING.set(len(self._reaping))
+            task.add_done_callback(lambda done: self._reaped(sandbox_id, done))
+
+    def _reaped(self, sandbox_id: str, task: asyncio.Task[None]) -> None:
+        if self._reaping.get(sandbox_id) is task:
+            del self._reaping[sandbox_id]
+            metrics.REAPING.set(len(self._reaping))
+
+    async def _reap_deleted(self, record: SandboxRecord) -> None:
+        try:
+            await self._remove(record)
+        except Exception:  # the backend's next start finishes it (a tombstone says so)
+            log.exception("removing deleted sandbox %s failed", record.sandbox_id)
 
     async def _destroy(self, record: SandboxRecord, status: str, error: str | None) -> None:
+        if await self._retire(record, status, error):
+            await self._remove(record)
+
+    async def _retire(self, record: SandboxRecord, status: str, error: str | None) -> bool:
+        """Mark the record, end its jobs and bridges, stop the sandbox; False when it was
+        terminated already."""
         async with record.lock:
             if record.status == "terminated":
-                return
+                return False
             record.mark(status, error)
             self._stop_bridges(record.sandbox_id)
             why = (
                 f"the sandbox failed: {error}" if status == "failed" else "the sandbox was deleted"
             )
             self.jobs.lose_sandbox(record.sandbox_id, f"{why} while the job ran")
-            await self.backend.delete(record)
-            if self._agents is not None:
-                await self._agents.forget(record.agent)
+            await self.backend.retire(record)
+            return True
+
+    async def _remove(self, record: SandboxRecord) -> None:
+        await self.backend.reap(record)
+        if self._agents is not None:
+            await self._agents.forget(record.agent)
 
     # -- concurrency limit ----------------------------------------------------------
     @contextlib.asynccontextmanager

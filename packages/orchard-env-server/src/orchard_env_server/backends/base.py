@@ -107,7 +107,15 @@ class Backend(Protocol):
         """Return once the agent answers; raise BackendError with the reason if it never will."""
 
     async def delete(self, record: SandboxRecord) -> None:
-        """Remove the sandbox and everything it holds; idempotent."""
+        """Remove the sandbox and everything it holds; idempotent. ``retire`` then ``reap``."""
+
+    async def retire(self, record: SandboxRecord) -> None:
+        """The fast half of a delete: once it returns the sandbox runs nothing more and is
+        doomed for good (a restarted orchestrator finishes its removal, never adopts it).
+        A backend with nothing slow to defer does the whole delete here."""
+
+    async def reap(self, record: SandboxRecord) -> None:
+        """The rest of a retired sandbox's removal (may be slow; runs in the background)."""
 
     async def check(self, record: SandboxRecord) -> str | None:
         """None while the sandbox is alive, else why it is not."""

@@ -237,6 +237,12 @@ class DockerBackend:
                 return
         self._remove_dirs(record.sandbox_id)
 
+    async def retire(self, record: SandboxRecord) -> None:
+        await self.delete(record)  # one engine call: nothing worth deferring
+
+    async def reap(self, record: SandboxRecord) -> None:
+        return None
+
     async def check(self, record: SandboxRecord) -> str | None:
         return self._dead.get(record.backend_state.get("container_id", ""))
 

@@ -405,6 +405,12 @@ class KubernetesBackend:
         self._forget(name, BackendError("the sandbox was deleted"))
         await self._delete_or_doom(name, record.block_network)
 
+    async def retire(self, record: SandboxRecord) -> None:
+        await self.delete(record)  # API calls: the kubelet does the slow part anyway
+
+    async def reap(self, record: SandboxRecord) -> None:
+        return None
+
     async def _delete_or_doom(self, name: str, with_policy: bool) -> None:
         """Delete the pod's objects, or keep the deletion for the next maintenance pass."""
         if not await self._delete_objects(name, with_policy):

@@ -54,7 +54,7 @@ from .host_view import (
 )
 from .image_roots import ImageRoots
 from .images import ImageSource, LocalImages, run_as
-from .processes import is_alive, kill_and_wait, start_time
+from .processes import is_alive, kill, kill_and_wait, start_time
 from .uid_ranges import NoFreeRange, UidRanges
 
 log = logging.getLogger("orchard_env_server")
@@ -64,6 +64,8 @@ R = TypeVar("R")
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Host paths the file API must never reach through the read-only root mount.
 _HIDDEN = ("/proc", "/sys", "/dev")
+# In a sandbox's directory: a client deleted it, and its removal may not have finished.
+TOMBSTONE = "deleted"
 # What --local-host-path may not show (besides /): what the view already curates.
 _RESERVED = [Path(p) for p in ("/etc", "/proc", "/sys", "/dev", "/tmp", "/workspace", "/usr")]
 NO_ISOLATION_HINT = (
@@ -218,6 +220,10 @@ class LocalBackend:
         found: list[SandboxRecord] = []
         for path in sorted(self._sandboxes.iterdir()):
             record = load_record(path)
+            if (path / TOMBSTONE).exists():  # deleted by a client: finish, report nothing
+                log.info("finishing the removal of deleted sandbox %s", path.name)
+                await self._remove_leftover(record, path)
+                continue
             why = "its namespace holder had exited"
             alive = record is not None and self._holder_alive(record)
             if alive and record is not None and self._unhardened(record):
@@ -226,10 +232,8 @@ class LocalBackend:
                 alive, why = False, f"its image {record.image!r} is not allowed any more"
             if not alive:
                 log.info("cleaning up sandbox %s left by an earlier run (%s)", path.name, why)
-                await self._kill_holder(record)
-                await self._remove_home(path)
+                await self._remove_leftover(record, path)
                 if record is not None:
-                    self._release_uids(record)
                     record.mark("failed", f"{RESTART_LOSS} ({why})")
                     found.append(record)
                 continue
@@ -250,6 +254,14 @@ class LocalBackend:
                 await self._register(record)
             found.append(record)
         return found
+
+    async def _remove_leftover(self, record: SandboxRecord | None, home: Path) -> None:
+        """A sandbox of an earlier run that is not adopted: its processes and directory go,
+        its uid range is released (``start`` sweeps cgroups of sandboxes not adopted)."""
+        await self._kill_holder(record)
+        await self._remove_home(home)
+        if record is not None:
+            self._release_uids(record)
 
     def _image_allowed(self, image: str) -> bool:
         """Whether a sandbox of an earlier run may keep its image under today's settings
@@ -469,6 +481,21 @@ class LocalBackend:
         return None  # registration with the agent is readiness
 
     async def delete(self, record: SandboxRecord) -> None:
+        await self.retire(record)
+        await self.reap(record)
+
+    async def retire(self, record: SandboxRecord) -> None:
+        """Kill the sandbox's processes (its pid 1 takes them all; not waited for) and
+        leave a tombstone in its directory, so that a restart finishes the removal."""
+        with contextlib.suppress(OSError):
+            (self._sandboxes / record.sandbox_id / TOMBSTONE).touch()
+        state = record.backend_state
+        if state.get("isolated"):
+            kill(state.get("holder_pid"), state.get("holder_start"))
+
+    async def reap(self, record: SandboxRecord) -> None:
+        """Everything else: the agent's registration, the processes waited for, the
+        cgroups, the root's mounts, the directory, the uid range and the image's lock."""
         if record.sandbox_id in self._registered:
             self._registered.discard(record.sandbox_id)
             try:

@@ -28,6 +28,13 @@ def is_alive(pid: int | None, started: int | None) -> bool:
     return pid is not None and started is not None and start_time(pid) == started
 
 
+def kill(pid: int | None, started: int | None) -> None:
+    """SIGKILL one process if it is still the one we started; do not wait for it."""
+    if pid is not None and start_time(pid) == started:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def kill_and_wait(pid: int, started: int | None, timeout: float = 5.0) -> None:
     """SIGKILL one process (if it is still the one we started) and wait until it is gone.
 
