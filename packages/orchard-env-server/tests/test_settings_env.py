@@ -29,6 +29,8 @@ ENVIRONMENT = {
     "ORCHARD_ENV_IMAGE_PULL_POLICY": "Never",
     "ORCHARD_ENV_ORCHESTRATOR_ID": "orch-1",
     "ORCHARD_ENV_RUNTIME_CLASS": "gvisor",
+    "ORCHARD_ENV_WARM_POOLS": "host=4, orchard-test/debian:latest=2",
+    "ORCHARD_ENV_WARM_POOL_IDLE": "30",
 }
 
 
@@ -56,6 +58,8 @@ def test_every_variable_reaches_its_field(monkeypatch: pytest.MonkeyPatch) -> No
         and settings.kubernetes.orchestrator_id == "orch-1"
     )
     assert settings.kubernetes.runtime_class == "gvisor"
+    assert settings.warm_pools == {"host": 4, "orchard-test/debian:latest": 2}
+    assert settings.warm_pool_idle_s == 30.0
 
 
 def test_empty_variables_keep_defaults_and_overrides_win(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -90,6 +90,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         data = (await backend.resources()).to_json()
         data["sandboxes_known"] = request.app.state.service.count()
         data["sandboxes_reaping"] = request.app.state.service.reaping()
+        data["warm_pools"] = request.app.state.service.pool_stats()
         return JSONResponse(data)
 
     @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)

@@ -10,6 +10,7 @@ from pathlib import Path
 from .backends import BACKENDS
 from .images import cli as image_cli
 from .log_redaction import redact_handlers
+from .pools import parse_pools
 from .settings import Settings, parse_api_keys, parse_mirrors
 
 # Subcommands of the orchard-env-bench package (it measures a running service through the
@@ -181,6 +182,22 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-upload-bytes", type=int, default=None)
     serve.add_argument("--default-ttl", type=float, default=None, help="ttl_seconds if unset")
     serve.add_argument(
+        "--warm-pool",
+        action="append",
+        default=None,
+        metavar="IMAGE=SIZE",
+        help="keep SIZE sandboxes of IMAGE created ahead, so a create takes one at once "
+        "(repeatable; local backend; see docs/performance.md)",
+    )
+    serve.add_argument(
+        "--warm-pool-idle-ttl",
+        type=float,
+        default=None,
+        dest="warm_pool_idle_s",
+        metavar="S",
+        help="empty a warm pool nobody drew from for S seconds (default 600)",
+    )
+    serve.add_argument(
         "--keep-sandboxes",
         action="store_true",
         default=None,
@@ -227,6 +244,7 @@ def serve(args: argparse.Namespace) -> int:
         "max_output_bytes": args.max_output_bytes,
         "max_upload_bytes": args.max_upload_bytes,
         "default_ttl_seconds": args.default_ttl,
+        "warm_pool_idle_s": args.warm_pool_idle_s,
         "keep_sandboxes_on_exit": args.keep_sandboxes,
         "docker.host": args.docker_host,
         "agent_image": args.agent_image,
@@ -255,10 +273,17 @@ def serve(args: argparse.Namespace) -> int:
             raise SystemExit(f"orchard-env serve: --registry-mirror: {exc}") from None
     if args.api_keys is not None:
         overrides["api_keys"] = parse_api_keys(args.api_keys)
+    if args.warm_pool is not None:
+        try:
+            overrides["warm_pools"] = parse_pools(args.warm_pool)
+        except ValueError as exc:
+            raise SystemExit(f"orchard-env serve: --warm-pool: {exc}") from None
     try:
         settings = Settings.from_env(overrides)
     except ValueError as exc:  # a bad value from a flag or ORCHARD_ENV_* variable
         raise SystemExit(f"orchard-env serve: {exc}") from None
+    if settings.warm_pools and settings.backend != "local":
+        raise SystemExit("orchard-env serve: warm pools (--warm-pool) need the local backend")
     raise_open_file_limit()  # a connection per client and per busy sandbox agent
     log_format = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=args.log_level.upper(), format=log_format)

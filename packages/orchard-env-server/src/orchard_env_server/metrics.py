@@ -25,6 +25,9 @@ REAPING = Gauge(
     "Deleted sandboxes whose removal is still under way",
     registry=REGISTRY,
 )
+POOL_CLAIMS = Counter(
+    "orchard_warm_pool_claims_total", "Creates served from a warm pool", registry=REGISTRY
+)
 INFLIGHT = Gauge("orchard_inflight_operations", "Operations in flight", registry=REGISTRY)
 REJECTED = Counter(
     "orchard_rejected_total", "Requests refused with 503 because of load", registry=REGISTRY

@@ -31,6 +31,7 @@ from .errors import (
     wait_timeout,
 )
 from .job_ledger import JobLedger
+from .pools import UNOWNED, WarmPools
 from .records import AgentEndpoint, SandboxRecord
 from .schemas import CreateSandboxRequest
 from .settings import Settings
@@ -57,11 +58,18 @@ class SandboxService:
         self._last_health_check = 0.0
         self.jobs = JobLedger()
         self._bridges = BridgeRelay(agents, settings) if agents is not None else None
+        self._pools: WarmPools | None = None
 
     # -- start and stop -------------------------------------------------------------
     async def start(self) -> None:
+        if self.settings.warm_pools and not self.backend.supports_warm_pools:
+            raise BackendError(f"warm pools are not supported on the {self.backend.name} backend")
         self.backend.attach(self)
         for record in await self.backend.start():
+            if record.tenant == UNOWNED:  # an earlier run's pooled sandbox: pools refill
+                if record.status != "failed":
+                    self._spawn(self._destroy(record, "terminated", None))
+                continue
             self._records[record.sandbox_id] = record
             if record.status == "failed":  # kept for failed_retention_s to say what happened
                 log.warning("sandbox %s of an earlier run: %s", record.sandbox_id, record.error)
@@ -72,12 +80,23 @@ class SandboxService:
             log.info("adopted sandbox %s from an earlier run", record.sandbox_id)
         metrics.SANDBOXES.set(len(self._records))
         self._reaper = asyncio.create_task(self._reap_forever(), name="orchard-reaper")
+        if self.settings.warm_pools:
+            self._pools = WarmPools(
+                self.settings.warm_pools,
+                self.settings.warm_pool_idle_s,
+                self._make_pooled,
+                lambda record: self._destroy(record, "terminated", None),
+                self.backend.check,
+            )
+            self._pools.start()
 
     async def close(self) -> None:
         if self._reaper:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
+        if self._pools is not None:
+            await self._pools.close()
         for task in list(self._tasks):
             task.cancel()
         if self._reaping:  # deleted is deleted: finish before anything else stops
@@ -173,6 +192,10 @@ class SandboxService:
         """Deleted sandboxes whose removal is still under way."""
         return len(self._reaping)
 
+    def pool_stats(self) -> dict[str, dict[str, int]]:
+        """Per warm pool: its size and the sandboxes ready and being made."""
+        return self._pools.stats() if self._pools is not None else {}
+
     # -- create / wait / delete -----------------------------------------------------
     async def create(self, tenant: str, req: CreateSandboxRequest) -> SandboxRecord:
         sandbox_id = req.sandbox_id or f"sbx-{secrets.token_hex(6)}"
@@ -185,6 +208,10 @@ class SandboxService:
             raise quota_exceeded(
                 f"tenant has {owned} sandboxes, the limit is {self.settings.max_sandboxes_per_tenant}"
             )
+        if self._pools is not None:
+            pooled = await self._pools.take(req)
+            if pooled is not None and await self._claim(pooled, tenant, req):
+                return pooled
         bridges = validate_bridges(
             req.bridges, self.settings.bridge_allowed_upstreams, self.backend.reserved_ports
         )
@@ -226,6 +253,34 @@ class SandboxService:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(record.settled.wait()), 0.5)
         return record
+
+    async def _claim(self, record: SandboxRecord, tenant: str, req: CreateSandboxRequest) -> bool:
+        """Hand a pooled sandbox to ``tenant`` with the request's settings; False (and the
+        sandbox removed) when the backend cannot record its new owner."""
+        record.tenant = tenant
+        record.labels = dict(req.labels or {})
+        record.timeout = 3600.0 if req.timeout is None else float(req.timeout)
+        record.ttl_seconds = req.ttl_seconds or self.settings.default_ttl_seconds
+        record.idle_timeout_seconds = req.idle_timeout_seconds
+        record.created_at = time.time()
+        try:
+            await self.backend.claim(record)
+        except BackendError as exc:
+            log.warning("could not hand out pooled sandbox %s: %s", record.sandbox_id, exc)
+            self._spawn(self._destroy(record, "terminated", None))
+            return False
+        record.touch()
+        self._records[record.sandbox_id] = record
+        metrics.SANDBOXES.set(len(self._records))
+        metrics.POOL_CLAIMS.inc()
+        return True
+
+    async def _make_pooled(self, record: SandboxRecord) -> None:
+        """Create a sandbox for a warm pool and wait until it is ready (else raise)."""
+        async with record.lock:
+            await self.backend.create(record)
+        await asyncio.wait_for(self.backend.wait_ready(record), record.timeout)
+        record.mark("ready")
 
     async def _await_ready(self, record: SandboxRecord, started: float) -> None:
         try:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import attrs
 
+from .pools import parse_pools
+
 
 def default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
@@ -129,6 +131,10 @@ class Settings:
     failed_retention_s: float = 300.0
     keep_sandboxes_on_exit: bool | None = None  # None: the backend's default
     default_ttl_seconds: float | None = None
+    # Warm pools (``pools.py``): image → sandboxes kept ready; a pool not drawn from for
+    # ``warm_pool_idle_s`` is emptied until the image's next create.
+    warm_pools: dict[str, int] = attrs.Factory(dict)
+    warm_pool_idle_s: float = attrs.field(default=600.0, validator=attrs.validators.gt(0))
     # Sandboxes on more than one backend
     agent_image: str = "orchard/agent-injector:latest"  # the injector (Docker, Kubernetes)
     pids_limit: int = 1024  # per sandbox (container, or local cgroup)
@@ -198,6 +204,8 @@ _FROM_ENVIRONMENT: dict[str, tuple[str, Callable[[str], object]]] = {
     "agent_image": ("ORCHARD_ENV_AGENT_IMAGE", str),
     "bridge_allowed_upstreams": ("ORCHARD_ENV_BRIDGE_ALLOWED_UPSTREAMS", _items),
     "bridge_max_request_bytes": ("ORCHARD_ENV_BRIDGE_MAX_REQUEST_BYTES", int),
+    "warm_pools": ("ORCHARD_ENV_WARM_POOLS", lambda raw: parse_pools(_items(raw))),
+    "warm_pool_idle_s": ("ORCHARD_ENV_WARM_POOL_IDLE", float),
     "local.rootfs_dirs": (
         "ORCHARD_ENV_LOCAL_ROOTFS_DIRS",
         lambda raw: [Path(p) for p in _items(raw)],

@@ -88,6 +88,8 @@ class Backend(Protocol):
     # True where sandboxes belong to something bigger than one orchestrator process (a
     # cluster shared by replicas): stopping the process then leaves them running.
     sandboxes_outlive_orchestrator: bool
+    # Whether a pooled sandbox can be handed to a tenant (``claim``): see pools.py.
+    supports_warm_pools: bool
     # Ports the agent itself listens on inside a sandbox: no service bridge may take them.
     reserved_ports: frozenset[int]
 
@@ -116,6 +118,9 @@ class Backend(Protocol):
 
     async def reap(self, record: SandboxRecord) -> None:
         """The rest of a retired sandbox's removal (may be slow; runs in the background)."""
+
+    async def claim(self, record: SandboxRecord) -> None:
+        """A pooled sandbox got its owner and settings: persist what a restart must know."""
 
     async def check(self, record: SandboxRecord) -> str | None:
         """None while the sandbox is alive, else why it is not."""

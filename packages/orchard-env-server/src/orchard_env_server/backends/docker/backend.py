@@ -59,6 +59,7 @@ class DockerBackend:
 
     name = "docker"
     sandboxes_outlive_orchestrator = False
+    supports_warm_pools = False
     reserved_ports: frozenset[int] = frozenset()
 
     def __init__(self, settings: Settings) -> None:
@@ -242,6 +243,9 @@ class DockerBackend:
 
     async def reap(self, record: SandboxRecord) -> None:
         return None
+
+    async def claim(self, record: SandboxRecord) -> None:
+        raise BackendError(f"warm pools are not supported on the {self.name} backend")
 
     async def check(self, record: SandboxRecord) -> str | None:
         return self._dead.get(record.backend_state.get("container_id", ""))

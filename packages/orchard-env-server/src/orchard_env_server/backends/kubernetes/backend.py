@@ -132,6 +132,7 @@ class KubernetesBackend:
 
     name = "kubernetes"
     sandboxes_outlive_orchestrator = True  # they belong to the cluster, not to a replica
+    supports_warm_pools = False
     reserved_ports: frozenset[int] = frozenset({AGENT_PORT})  # the agent listens in the pod
 
     def __init__(self, settings: Settings) -> None:
@@ -410,6 +411,9 @@ class KubernetesBackend:
 
     async def reap(self, record: SandboxRecord) -> None:
         return None
+
+    async def claim(self, record: SandboxRecord) -> None:
+        raise BackendError(f"warm pools are not supported on the {self.name} backend")
 
     async def _delete_or_doom(self, name: str, with_policy: bool) -> None:
         """Delete the pod's objects, or keep the deletion for the next maintenance pass."""

@@ -79,6 +79,7 @@ class LocalBackend:
 
     name = "local"
     sandboxes_outlive_orchestrator = False
+    supports_warm_pools = True
     reserved_ports: frozenset[int] = frozenset()
 
     def __init__(self, settings: Settings) -> None:
@@ -483,6 +484,12 @@ class LocalBackend:
     async def delete(self, record: SandboxRecord) -> None:
         await self.retire(record)
         await self.reap(record)
+
+    async def claim(self, record: SandboxRecord) -> None:
+        try:
+            await asyncio.to_thread(save_record, self._sandboxes / record.sandbox_id, record)
+        except OSError as exc:
+            raise BackendError(f"cannot save the sandbox's record: {exc}") from exc
 
     async def retire(self, record: SandboxRecord) -> None:
         """Kill the sandbox's processes (its pid 1 takes them all; not waited for) and
