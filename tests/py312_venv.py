@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchard_swe.llm_venv import exclusive_lock, python_version, run_install_step
+from orchard_swe.trainers.llm_venv import exclusive_lock, python_version, run_install_step
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_ROOT = Path("/var/tmp/orchard-py312-venv")

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from orchard_env_client import AsyncSandboxClient
-from orchard_swe.llm_venv import TORCH_WHEEL, LLMVenvError, TinyLLMServer, ensure_train_venv
 from orchard_swe.tasks import InstallConfig, Task
-from orchard_swe.training.sft_train import make_proof_data
+from orchard_swe.testing.tiny_llm import TinyLLMServer
+from orchard_swe.trainers.llm_venv import TORCH_WHEEL, LLMVenvError, ensure_train_venv
+from orchard_swe.trainers.sft_train import make_proof_data
 from orchard_testing import RunningServer, require_backend, selected_backends
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from orchard_swe.training.bar import (
+from orchard_swe.algorithms.bar import (
     STATUS_RANK,
     BarConfig,
     DropUniform,

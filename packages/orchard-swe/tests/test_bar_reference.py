@@ -9,8 +9,8 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchard_swe.training.bar import BarConfig, Sample, Status, bar_rollout
-from orchard_swe.training.bar_reference import (
+from orchard_swe.algorithms.bar import BarConfig, Sample, Status, bar_rollout
+from orchard_swe.algorithms.bar_reference import (
     RefSample,
     candidates,
     choose_count,

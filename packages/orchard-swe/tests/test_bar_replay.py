@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from orchard_swe.algorithms.bar_replay import ReplayInputError, replay_stream
 from orchard_swe.cli import main
-from orchard_swe.training.bar_replay import ReplayInputError, replay_stream
 
 PROMPT = {
     "n": 4,

@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchard_swe.cli import main
-from orchard_swe.training.bar import Sample, Status
-from orchard_swe.training.barsim import (
+from orchard_swe.algorithms.bar import Sample, Status
+from orchard_swe.algorithms.barsim import (
+    Cluster,
+    Draw,
     PromptStream,
     SimConfig,
-    _Cluster,
-    _Draw,
     run_sim,
 )
+from orchard_swe.cli import main
 
 pytestmark = pytest.mark.fast
 
@@ -26,17 +26,17 @@ SMALL = SimConfig(steps=3, batch=8, tasks=50, workers=32)
 
 
 def test_cluster_schedules_fifo_on_its_workers() -> None:
-    draws = [_Draw(t, Sample(1.0)) for t in (3.0, 1.0, 2.0, 4.0)]
+    draws = [Draw(t, Sample(1.0)) for t in (3.0, 1.0, 2.0, 4.0)]
     done: list[list[Sample]] = []
-    one = _Cluster(1)
+    one = Cluster(1)
     one.submit(draws, done.append)
     one.run()
     assert one.now == 10.0 and one.samples == 4 and len(done) == 1
-    many = _Cluster(8)
+    many = Cluster(8)
     many.submit(draws, done.append)
     many.run()
     assert many.now == 4.0
-    two = _Cluster(2)
+    two = Cluster(2)
     two.submit(draws, done.append)
     two.run()
     assert two.now == 3.0 + 4.0  # slots free at 1 (-> 2.0 job, ends 3), at 3 (-> 4.0 job)

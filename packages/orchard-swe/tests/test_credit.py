@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchard_swe.training.credit import (
+from orchard_swe.algorithms.credit import (
     CreditConfig,
     FixedValues,
     Segment,

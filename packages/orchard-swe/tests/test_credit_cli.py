@@ -17,8 +17,15 @@ from starlette.routing import Route
 
 from orchard_env_client.llm import INSTANCE_ID_HEADER
 from orchard_swe.cli import main
-from orchard_swe.replay import Script, ScriptedModelServer, Step, ToolCall, gold_script, mini_action
 from orchard_swe.tasks import BUILTIN, load_tasks
+from orchard_swe.testing.replay import (
+    Script,
+    ScriptedModelServer,
+    Step,
+    ToolCall,
+    gold_script,
+    mini_action,
+)
 from orchard_swe.trajectory import Trajectory, TrajectoryMetadata
 from orchard_testing import RunningServer, StubEndpoint, free_port
 

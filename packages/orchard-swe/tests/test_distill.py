@@ -9,7 +9,7 @@ import pytest
 
 from orchard_env_client.llm import ModelConfig
 from orchard_swe.distill import TRAJECTORIES, DistillConfig, distill, finished_attempts
-from orchard_swe.replay import ScriptedModelServer, empty_script, gold_script
+from orchard_swe.testing.replay import ScriptedModelServer, empty_script, gold_script
 from orchard_swe.trajectory import read_jsonl
 
 pytestmark = pytest.mark.integration

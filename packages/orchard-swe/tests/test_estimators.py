@@ -25,11 +25,8 @@ from starlette.routing import Route
 
 from orchard_env_client import AsyncSandboxClient
 from orchard_env_client.llm import ModelConfig
-from orchard_swe.distill import DistillConfig, run_attempt
-from orchard_swe.replay import Script, ScriptedModelServer, Step, ToolCall, gold_script, mini_action
-from orchard_swe.tasks import BUILTIN, Task, load_tasks
-from orchard_swe.training.credit import CreditConfig, samples_for
-from orchard_swe.training.estimators import (
+from orchard_swe.algorithms.credit import CreditConfig, samples_for
+from orchard_swe.algorithms.estimators import (
     JudgeConfig,
     JudgeError,
     LLMJudge,
@@ -45,6 +42,16 @@ from orchard_swe.training.estimators import (
     recorded_actions,
     render_prefix,
     terminal_value,
+)
+from orchard_swe.distill import DistillConfig, run_attempt
+from orchard_swe.tasks import BUILTIN, Task, load_tasks
+from orchard_swe.testing.replay import (
+    Script,
+    ScriptedModelServer,
+    Step,
+    ToolCall,
+    gold_script,
+    mini_action,
 )
 from orchard_swe.trajectory import Trajectory, TrajectoryMetadata
 from orchard_testing import RunningServer, StubEndpoint, free_port

@@ -23,7 +23,7 @@ from orchard_env_client import AsyncSandbox, AsyncSandboxClient, Sandbox, Sandbo
 from orchard_env_client.llm import ChatClient, ModelConfig, ModelError
 from orchard_swe.harness.editor import SandboxEditor, ToolError
 from orchard_swe.harness.tools import NO_TOOL_CALL_REMINDER, TOOLS, run_tools_agent
-from orchard_swe.replay import (
+from orchard_swe.testing.replay import (
     Script,
     ScriptedModelServer,
     Step,

@@ -18,9 +18,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from orchard_env_client import AsyncSandboxClient
-from orchard_swe.tasks import Task
-from orchard_swe.training.bar import Status
-from orchard_swe.training.rollout import (
+from orchard_swe.algorithms.bar import Status
+from orchard_swe.algorithms.rollout import (
     ChatPolicy,
     ChatTokens,
     RolloutConfig,
@@ -30,8 +29,9 @@ from orchard_swe.training.rollout import (
     rollout,
     token_ids_from_logprobs,
 )
-from orchard_swe.training.sft_data import ChatRenderer
-from orchard_swe.training.tokenizer import load_tokenizer
+from orchard_swe.data.sft_data import ChatRenderer
+from orchard_swe.data.tokenizer import load_tokenizer
+from orchard_swe.tasks import Task
 from orchard_testing import RunningServer, StubEndpoint
 
 pytestmark = pytest.mark.integration

@@ -13,16 +13,15 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from orchard_swe.cli import main as cli_main
-from orchard_swe.llm_venv import TORCH_WHEEL, ensure_llm_venv
-from orchard_swe.training.credit import (
+from orchard_swe.algorithms.credit import (
     CreditConfig,
     FixedValues,
     SftSample,
     credit_samples,
     whole_sample,
 )
-from orchard_swe.training.sft_data import (
+from orchard_swe.cli import main as cli_main
+from orchard_swe.data.sft_data import (
     IGNORE_INDEX,
     ChatRenderer,
     SftConfig,
@@ -34,7 +33,8 @@ from orchard_swe.training.sft_data import (
     verify_sample,
     write_records,
 )
-from orchard_swe.training.tokenizer import _gguf_metadata, load_tokenizer
+from orchard_swe.data.tokenizer import gguf_metadata, load_tokenizer
+from orchard_swe.trainers.llm_venv import TORCH_WHEEL, ensure_llm_venv
 from orchard_swe.trajectory import Trajectory, TrajectoryMetadata, append_jsonl
 
 BASH_TOOL = {
@@ -91,7 +91,7 @@ def test_the_gguf_header_reader(tmp_path: Path) -> None:
         ],
         tail=b"\0" * 1000,
     )
-    meta = _gguf_metadata(tmp_path / "m.gguf")
+    meta = gguf_metadata(tmp_path / "m.gguf")
     assert meta["general.architecture"] == "llama"
     assert meta["tokenizer.ggml.bos_token_id"] == 1
     assert meta["tokenizer.ggml.add_bos_token"] is False
@@ -101,10 +101,10 @@ def test_the_gguf_header_reader(tmp_path: Path) -> None:
     assert meta["tokenizer.chat_template"] == "{{ x }} ✓"
     (tmp_path / "bad.gguf").write_bytes(b"GGML" + b"\0" * 40)
     with pytest.raises(ValueError, match="not a GGUF"):
-        _gguf_metadata(tmp_path / "bad.gguf")
+        gguf_metadata(tmp_path / "bad.gguf")
     (tmp_path / "cut.gguf").write_bytes((tmp_path / "m.gguf").read_bytes()[:5000])
     with pytest.raises(ValueError, match="corrupt"):
-        _gguf_metadata(tmp_path / "cut.gguf")
+        gguf_metadata(tmp_path / "cut.gguf")
 
 
 def _traj(

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from orchard_swe.algorithms.credit import CreditConfig, rise_segments
 from orchard_swe.cli import main as cli_main
-from orchard_swe.training.credit import CreditConfig, rise_segments
-from orchard_swe.training.sft_data import IGNORE_INDEX
-from orchard_swe.training.sft_train import half_fix_curve, parse_event
+from orchard_swe.data.sft_data import IGNORE_INDEX
+from orchard_swe.trainers.sft_train import half_fix_curve
+from orchard_swe.trainers.worker import parse_event
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 

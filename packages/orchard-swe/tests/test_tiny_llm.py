@@ -11,8 +11,9 @@ import json
 import httpx
 import pytest
 
-from orchard_swe import tiny_llm_server as tls
-from orchard_swe.llm_venv import (
+from orchard_swe.data import chat_format
+from orchard_swe.testing import tiny_llm_server as tls
+from orchard_swe.trainers.llm_venv import (
     LLM_REQUIREMENTS,
     venv_key,
 )
@@ -286,7 +287,7 @@ NAMES = {"bash"}
     ids=["tagged", "tagged-unclosed", "bare", "fenced-parameters", "inline-string-args", "list"],
 )
 def test_tool_calls_are_parsed(text: str, content: str, args: dict) -> None:
-    rest, calls = tls.parse_tool_calls(text, NAMES)
+    rest, calls = chat_format.parse_tool_calls(text, NAMES)
     assert rest == content
     assert [c["name"] for c in calls] == ["bash"]
     assert json.loads(calls[0]["arguments"]) == args
@@ -304,21 +305,21 @@ def test_tool_calls_are_parsed(text: str, content: str, args: dict) -> None:
     ],
 )
 def test_non_tool_text_stays_content(text: str) -> None:
-    assert tls.parse_tool_calls(text, NAMES) == (text, [])
+    assert chat_format.parse_tool_calls(text, NAMES) == (text, [])
 
 
 @pytest.mark.fast
 def test_no_tools_offered_means_no_tool_calls() -> None:
     text = '{"name": "bash", "arguments": {"command": "ls"}}'
-    assert tls.parse_tool_calls(text, set()) == (text, [])
+    assert chat_format.parse_tool_calls(text, set()) == (text, [])
     assert tls.tool_names([BASH_TOOL], "none") == set()
     assert tls.tool_names([BASH_TOOL], "auto") == {"bash"}
 
 
 @pytest.mark.fast
 def test_messages_are_flattened_for_a_plain_chatml_template() -> None:
-    caps = tls.TemplateCaps("{{'<|im_start|>' + message['role'] + message['content']}}")
-    messages = tls.prepare_messages(
+    caps = chat_format.TemplateCaps("{{'<|im_start|>' + message['role'] + message['content']}}")
+    messages = chat_format.prepare_messages(
         [
             {"role": "developer", "content": "Be brief."},
             {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image_url"}]},
@@ -347,17 +348,17 @@ def test_messages_are_flattened_for_a_plain_chatml_template() -> None:
     )
     assert messages[3]["content"] == "<tool_response>\na.txt\n</tool_response>"
     assert all(isinstance(m["content"], str) for m in messages)
-    prompt = tls.render_chatml(messages)
+    prompt = chat_format.render_chatml(messages)
     assert prompt.endswith("<|im_start|>assistant\n")
 
 
 @pytest.mark.fast
 def test_templates_that_know_tools_get_them_structured() -> None:
-    caps = tls.TemplateCaps(
+    caps = chat_format.TemplateCaps(
         "{% if tools %}{% for m in messages %}{{ m.tool_calls }}"
         "{% if m.role == 'tool' %}{% endif %}{% endfor %}{% endif %}"
     )
-    messages = tls.prepare_messages(
+    messages = chat_format.prepare_messages(
         [
             {"role": "user", "content": "x"},
             {
@@ -384,7 +385,7 @@ def test_params_are_validated_and_capped() -> None:
     assert params["temperature"] == 0.0
     assert params["stops"] == ["\n"]
     for bad in ({"max_tokens": "5"}, {"temperature": 9}, {"n": 2}, {"stop": [1]}):
-        with pytest.raises(tls.BadRequest):
+        with pytest.raises(chat_format.BadRequest):
             tls.parse_params(bad, cap=64)
     assert tls.apply_stop("abc\ndef", ["\n"]) == ("abc", True)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from orchard_env_client.llm import ModelConfig
-from orchard_swe.replay import (
+from orchard_swe.testing.replay import (
     MINI_SUBMIT_COMMAND,
     Step,
     ToolCall,

@@ -5,7 +5,7 @@ A local Orchard Env server of this module's own counts every exec server-side
 torch; the training runs through ``orchard-swe train-grpo`` in the training venv (TRL 1.16
 on CPU torch): a random tiny Llama with SmolLM2's tokenizer, three steps. The checks are
 about mechanics, not accuracy: every reward TRL trained on came from a sandbox execution,
-every group is the one :func:`~orchard_swe.training.bar.decide` chooses for the recorded
+every group is the one :func:`~orchard_swe.algorithms.bar.decide` chooses for the recorded
 rewards, gradients flowed exactly on the steps that had a learning signal, the weights
 changed, and no sandbox was left behind.
 """
@@ -25,8 +25,7 @@ import pytest
 
 from orchard_env_client import AsyncSandboxClient
 from orchard_swe import cli
-from orchard_swe.llm_venv import TORCH_WHEEL, LLMVenvError, ensure_train_venv
-from orchard_swe.training.bar import (
+from orchard_swe.algorithms.bar import (
     BarConfig,
     DropUniform,
     GenerateMore,
@@ -37,7 +36,8 @@ from orchard_swe.training.bar import (
     decide,
     select,
 )
-from orchard_swe.training.trl_grpo import (
+from orchard_swe.trainers.llm_venv import TORCH_WHEEL, LLMVenvError, ensure_train_venv
+from orchard_swe.trainers.trl_grpo import (
     EXPR_PROGRAM,
     SANDBOX_LABELS,
     Completion,

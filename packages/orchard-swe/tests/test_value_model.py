@@ -15,16 +15,15 @@ from typing import Any
 
 import pytest
 
+from orchard_swe.algorithms.credit import CreditConfig, assistant_positions, credit_samples
 from orchard_swe.cli import main as cli_main
-from orchard_swe.training.credit import CreditConfig, assistant_positions, credit_samples
-from orchard_swe.training.sft_data import ChatRenderer
-from orchard_swe.training.tokenizer import load_tokenizer
-from orchard_swe.training.value_model import (
+from orchard_swe.data.sft_data import ChatRenderer
+from orchard_swe.data.tokenizer import load_tokenizer
+from orchard_swe.trainers.value_model import (
     ValueModelEstimator,
     prefix_sequence,
-    read_trajectories,
 )
-from orchard_swe.trajectory import Trajectory, TrajectoryMetadata
+from orchard_swe.trajectory import Trajectory, TrajectoryMetadata, read_trajectories
 
 BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
 

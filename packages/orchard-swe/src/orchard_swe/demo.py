@@ -22,8 +22,8 @@ from orchard_env_client.llm import ModelConfig
 from orchard_env_client.own_service import service
 
 from .distill import DistillConfig, Harness, distill
-from .replay import Script, ScriptedModelServer, empty_script, gold_script
 from .tasks import BUILTIN, Task, load_tasks
+from .testing.replay import Script, ScriptedModelServer, empty_script, gold_script
 
 HARNESSES: tuple[Harness, ...] = ("tools", "mini")
 

@@ -2,8 +2,10 @@
 
 The record itself (:class:`Trajectory`, its metadata, JSON-lines I/O) is recipe-neutral and
 lives in :mod:`orchard_env_client.trajectory`; it is re-exported here. What is SWE's own:
-:data:`COST_LIMIT`, and :func:`from_mini_traj`, which converts the ``.traj.json`` that
-mini-swe-agent v2's ``DefaultAgent.save`` writes. A SWE trajectory's ``task_id`` is the
+:data:`COST_LIMIT`; :func:`from_mini_traj`, which converts the ``.traj.json`` that
+mini-swe-agent v2's ``DefaultAgent.save`` writes; and :func:`read_trajectories`, the one
+reader of trajectory files given as input (a JSON Lines file or a directory of them),
+whose line reader :func:`read_json_lines` SFT data shares. A SWE trajectory's ``task_id`` is the
 SWE-bench instance id, its ``final_output`` the final patch and its ``verdict`` the
 grading status.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -44,8 +46,12 @@ __all__ = [
     "error_status",
     "from_mini_traj",
     "iter_jsonl",
+    "jsonl_files",
     "mini_exit_status",
+    "read_json_lines",
     "read_jsonl",
+    "read_trajectories",
+    "trajectory_from_record",
 ]
 
 COST_LIMIT: Final = "cost_limit"
@@ -241,3 +247,64 @@ def from_mini_traj(
     )
     tools = [_mini_bash_tool_spec()] if uses_tools else []
     return Trajectory(metadata=metadata, messages=messages, tools=tools)
+
+
+# ---------------------------------------------------------------- reading input files
+
+
+def jsonl_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The JSON Lines files ``path`` names: itself, or every ``*.jsonl`` under a directory.
+
+    Raises ``FileNotFoundError`` for a missing path or a directory without ``*.jsonl``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
+        if not files:
+            raise FileNotFoundError(f"no .jsonl files under {path}")
+        return files
+    if not path.exists():
+        raise FileNotFoundError(f"no such file or directory: {path}")
+    return [path]
+
+
+def read_json_lines(path: str | os.PathLike[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(where, object)`` for every non-blank line of the files :func:`jsonl_files` finds.
+
+    ``where`` is ``FILE:LINE``. A line that is not JSON, or not a JSON object, raises
+    ``ValueError`` naming it.
+    """
+    for file in jsonl_files(path):
+        with open(file, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                where = f"{file}:{number}"
+                try:
+                    data = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{where}: not JSON ({exc})") from None
+                if not isinstance(data, dict):
+                    raise ValueError(f"{where}: not a JSON object")
+                yield where, data
+
+
+def trajectory_from_record(data: Mapping[str, Any], where: str) -> Trajectory:
+    """The :class:`Trajectory` of one JSON record; ``ValueError`` naming ``where`` if it is not
+    one."""
+    if "metadata" not in data:
+        raise ValueError(f"{where}: not a trajectory (no schema/metadata)")
+    try:
+        return Trajectory.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: not a trajectory ({type(exc).__name__}: {exc})") from None
+
+
+def read_trajectories(path: str | os.PathLike[str]) -> list[Trajectory]:
+    """Every trajectory of a JSON Lines file, or of every ``*.jsonl`` under a directory.
+
+    Strict, for input a user names: the first bad line raises ``ValueError`` naming its file
+    and line; a missing path, or a directory without ``*.jsonl``, ``FileNotFoundError``.
+    (A run's own output, which a crash may have torn, is read with :func:`read_jsonl`.)
+    """
+    return [trajectory_from_record(data, where) for where, data in read_json_lines(path)]

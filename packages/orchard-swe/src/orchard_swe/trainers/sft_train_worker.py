@@ -2,13 +2,15 @@
 """SFT on CPU with TRL's ``SFTTrainer`` over ``orchard-swe sft-data`` token records.
 
 STANDALONE: runs with the python of the training venv
-(:func:`orchard_swe.llm_venv.ensure_train_venv`), which has torch (CPU), transformers, TRL
-and datasets; the workspace venv has no torch, so nothing there may import this module.
-It imports only the standard library and those packages (``value_model_worker`` reuses
-its model helpers)::
+(:func:`orchard_swe.trainers.llm_venv.ensure_train_venv`), which has torch (CPU),
+transformers, TRL and datasets, as a module of this checkout
+(:func:`orchard_swe.trainers.worker.run_worker`); the workspace venv has no torch, so
+nothing there may import this module. It imports only the standard library and those
+packages (``value_model_worker`` reuses its model helpers)::
 
-    python sft_train_worker.py --data SFT.jsonl --tokenizer DIR --model random-tiny|smollm2
-        [--gguf FILE] --steps N --out DIR [--max-samples K] [--batch-size B] [--lr LR]
+    python -m orchard_swe.trainers.sft_train_worker --data SFT.jsonl --tokenizer DIR \
+        --model random-tiny|smollm2 [--gguf FILE] --steps N --out DIR [--max-samples K] \
+        [--batch-size B] [--lr LR]
 
 Input: the ``tokens`` records of ``orchard-swe sft-data`` (``input_ids``, ``labels`` -100 where
 masked out, ``completion_mask`` 1 on the assistant tokens to train, ``metadata``). The first
@@ -104,7 +106,9 @@ def build_causal_lm(kind: str, tokenizer: Any, gguf: str | None, seed: int) -> A
 
     if kind == "smollm2":
         if not gguf:
-            raise SystemExit("--model smollm2 needs --gguf (orchard_swe.llm_venv.smollm2_gguf())")
+            raise SystemExit(
+                "--model smollm2 needs --gguf (orchard_swe.trainers.llm_venv.smollm2_gguf())"
+            )
         path = Path(gguf)
         loaded = AutoModelForCausalLM.from_pretrained(
             str(path.parent), gguf_file=path.name, dtype=torch.float32

@@ -1,6 +1,6 @@
 """TRL ``GRPOTrainer`` adapter: BAR-grouped rollouts whose rewards come from Orchard sandboxes.
 
-Runs inside the training venv (:func:`orchard_swe.llm_venv.ensure_train_venv`, TRL 1.16 on
+Runs inside the training venv (:func:`orchard_swe.trainers.llm_venv.ensure_train_venv`, TRL 1.16 on
 CPU torch) with ``PYTHONPATH=workspace_pythonpath()``; it imports nothing at module level
 that the workspace venv lacks (torch and TRL are imported inside the functions that need
 them), so the sandbox side is usable and testable without torch.
@@ -13,8 +13,8 @@ them), so the sandbox side is usable and testable without torch.
   (one sandbox per batch, always deleted; :class:`OrchardUnavailable` when the server is not
   there) and records every execution (:class:`Execution`: job id, exit code, stdout, reward).
 - :class:`BarRolloutFunc`: TRL's ``rollout_func``. For each prompt of the batch it runs
-  :func:`~orchard_swe.training.bar.bar_rollout`: sample a stride of completions with the
-  trainer's own model, execute them, let :func:`~orchard_swe.training.bar.decide` ask for
+  :func:`~orchard_swe.algorithms.bar.bar_rollout`: sample a stride of completions with the
+  trainer's own model, execute them, let :func:`~orchard_swe.algorithms.bar.decide` ask for
   more (up to ``n_max``) or pick the group; it hands TRL exactly the ``n`` chosen samples
   (``n == num_generations``), their sandbox rewards, and an ``env_mask`` that carries BAR's
   loss weights (0 for a group a filter dropped, 0 for zero-loss samples).
@@ -41,7 +41,7 @@ import attrs
 from orchard_env_client import AsyncSandbox, AsyncSandboxClient, Job
 from orchard_env_client.errors import ConnectionFailed, OrchardError
 
-from .bar import (
+from ..algorithms.bar import (
     BarConfig,
     DropUniform,
     GroupFilter,
@@ -557,7 +557,7 @@ class BarRolloutFunc:
     and expects one completion per row. For each prompt, :func:`bar_rollout` drives
     generation: strides of completions sampled from the trainer's model
     (:class:`ModelSampler`), each executed in a sandbox (``tasks[prompt_key(prompt)]``
-    verifies it), until :func:`~orchard_swe.training.bar.decide` selects ``n`` of them. Those
+    verifies it), until :func:`~orchard_swe.algorithms.bar.decide` selects ``n`` of them. Those
     ``n`` (``n`` must equal ``num_generations``) are the prompt's rows, in selection order.
     ``env_mask`` carries the group's loss weights: all 0 when a filter dropped the group (so
     it adds neither loss nor tokens to the normaliser), 0 on zero-loss samples (still in the

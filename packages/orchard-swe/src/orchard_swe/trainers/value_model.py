@@ -6,15 +6,15 @@ trajectories, each labelled with its trajectory's final outcome (resolved 1, els
 model runs in the training venv (``value_model_worker.py``); this module is the workspace
 side: it renders prefixes with the tokenizer's chat template, trains
 (:func:`train_value_model`, ``orchard-swe train-value``) and serves
-(:class:`ValueModelEstimator`, the :class:`~.credit.Estimator` of ``credit-sft --estimator
-value``).
+(:class:`ValueModelEstimator`, the :class:`~orchard_swe.algorithms.credit.Estimator` of
+``credit-sft --estimator value``).
 
 **Prefixes.** A trajectory with ``T`` assistant turns has the ``T + 1`` prefixes of
-:mod:`.credit`: ``V[0]`` before the first assistant turn, ``V[t + 1]`` through turn ``t`` and
-its observations. Each prefix is rendered as the policy would see it when about to act: the
-chat template's render of its messages with the generation prompt
-(``<|im_start|>assistant\\n``), the way :mod:`.sft_data` renders them (same message
-preparation, same exactness checks). Those renders are prefixes of one another, so one
+:mod:`orchard_swe.algorithms.credit`: ``V[0]`` before the first assistant turn, ``V[t + 1]``
+through turn ``t`` and its observations. Each prefix is rendered as the policy would see it
+when about to act: the chat template's render of its messages with the generation prompt
+(``<|im_start|>assistant\\n``), the way :mod:`orchard_swe.data.sft_data` renders them (same
+message preparation, same exactness checks). Those renders are prefixes of one another, so one
 token sequence carries them all and a prefix is a position in it (the last token of its
 generation prompt): :func:`prefix_sequence`. The worker scores all the prefixes of a
 trajectory with one forward pass.
@@ -22,46 +22,35 @@ trajectory with one forward pass.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
-import sys
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
-from ..llm_venv import LLMVenvError, ensure_train_venv
-from ..trajectory import Trajectory
-from .credit import SftSample, is_resolved
-from .sft_data import ChatRenderer, read_samples, tokenize_sample
-from .sft_train import (
-    MODELS,
-    Event,
-    TrainError,
-    print_event,
-    run_worker,
-    worker_env,
-    worker_model_args,
-)
-from .tokenizer import SMOLLM2, load_tokenizer
+from ..algorithms.credit import SftSample, is_resolved
+from ..data.sft_data import ChatRenderer, tokenize_sample
+from ..data.tokenizer import SMOLLM2, load_tokenizer
+from ..trajectory import Trajectory, read_trajectories
+from .llm_venv import ensure_train_venv
+from .worker import MODELS, Event, print_event, run_worker, worker_env, worker_model_args
 
 __all__ = [
+    "VALUE_WORKER",
     "PrefixSequence",
     "ValueModelError",
     "ValueModelEstimator",
-    "add_arguments",
     "prefix_sequence",
-    "read_trajectories",
-    "run",
     "train_value_model",
     "write_examples",
 ]
 
-VALUE_WORKER = Path(__file__).with_name("value_model_worker.py")
+VALUE_WORKER: Final = "orchard_swe.trainers.value_model_worker"
+"""The worker module, run in the training venv (``train``, and ``serve`` for the estimator)."""
 
 
 class ValueModelError(RuntimeError):
@@ -84,9 +73,9 @@ def prefix_sequence(trajectory: Trajectory, renderer: ChatRenderer) -> PrefixSeq
     """The ids of ``trajectory`` rendered with ``renderer``'s chat template, and the prefix ends.
 
     An empty assistant message is appended and every assistant message marked as a target,
-    so :func:`~.sft_data.tokenize_sample` keeps the whole conversation and gives each
-    assistant turn's span; prefix ``t`` ends at the last token of the generation prompt of
-    assistant turn ``t`` (turn ``T``: the appended one). The ids stop there.
+    so :func:`~orchard_swe.data.sft_data.tokenize_sample` keeps the whole conversation and
+    gives each assistant turn's span; prefix ``t`` ends at the last token of the generation
+    prompt of assistant turn ``t`` (turn ``T``: the appended one). The ids stop there.
     """
     messages = [*(dict(m) for m in trajectory.messages), {"role": "assistant", "content": ""}]
     sample = SftSample(
@@ -105,20 +94,6 @@ def prefix_sequence(trajectory: Trajectory, renderer: ChatRenderer) -> PrefixSeq
     if len(positions) != expected:
         raise ValueError(f"found {len(positions)} prefix ends, expected {expected}")
     return PrefixSequence(list(tokenized.input_ids[: positions[-1] + 1]), positions)
-
-
-def read_trajectories(path: Path) -> list[Trajectory]:
-    """The trajectories of a JSONL file or of every ``*.jsonl`` under a directory."""
-    out: list[Trajectory] = []
-    for item in read_samples(path):
-        if not isinstance(item, Trajectory):
-            raise ValueError(
-                f"{path}: holds credit SFT samples; the value model needs trajectories"
-            )
-        out.append(item)
-    if not out:
-        raise ValueError(f"{path}: no trajectories")
-    return out
 
 
 def write_examples(
@@ -180,7 +155,10 @@ def train_value_model(
     out_dir.mkdir(parents=True, exist_ok=True)
     renderer = ChatRenderer(load_tokenizer(tokenizer))
     examples = out_dir / "examples.jsonl"
-    counts = write_examples(read_trajectories(trajectories_path), renderer, examples)
+    trajectories = read_trajectories(trajectories_path)
+    if not trajectories:
+        raise ValueError(f"{trajectories_path}: no trajectories")
+    counts = write_examples(trajectories, renderer, examples)
     if on_event is not None:
         on_event({"event": "examples", **counts})
     argv = [
@@ -207,17 +185,15 @@ def train_value_model(
         argv += ["--lr", str(lr)]
     if freeze_backbone is not None:
         argv.append("--freeze-backbone" if freeze_backbone else "--no-freeze-backbone")
-    (out_dir / "report.json").unlink(missing_ok=True)
-    run_worker(VALUE_WORKER, argv, log_path=out_dir / "worker.log", on_event=on_event)
-    report: dict[str, Any] = json.loads((out_dir / "report.json").read_text())
-    return report
+    return run_worker(VALUE_WORKER, argv, out_dir, on_event=on_event)
 
 
 _Pending = tuple[PrefixSequence, "asyncio.Future[list[float]]"]
 
 
 class ValueModelEstimator:
-    """The :class:`~.credit.Estimator` of a trained value model (``train_value_model``'s dir).
+    """The :class:`~orchard_swe.algorithms.credit.Estimator` of a trained value model (the
+    directory ``train_value_model`` wrote).
 
     ``values(trajectory)`` returns its ``T + 1`` prefix values in ``[0, 1]``. One worker
     process (training venv, ``value_model_worker.py serve``) is started on first use and kept
@@ -253,7 +229,8 @@ class ValueModelEstimator:
         self._log = tempfile.TemporaryFile(mode="w+", prefix="orchard-value-serve-")  # noqa: SIM115
         self._proc = await asyncio.create_subprocess_exec(
             str(python),
-            str(VALUE_WORKER),
+            "-m",
+            VALUE_WORKER,
             "serve",
             "--model-dir",
             str(self.model_dir),
@@ -312,7 +289,8 @@ class ValueModelEstimator:
         return values
 
     async def values(self, trajectory: Trajectory) -> list[float]:
-        """``V[0..T]`` for the ``T`` assistant turns of ``trajectory`` (see :mod:`.credit`)."""
+        """``V[0..T]`` for the ``T`` assistant turns of ``trajectory`` (see
+        :mod:`orchard_swe.algorithms.credit`)."""
         future: asyncio.Future[list[float]] = asyncio.get_running_loop().create_future()
         self._queue.append((self.sequence(trajectory), future))
         while not future.done():
@@ -354,68 +332,3 @@ class ValueModelEstimator:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-# ---------------------------------------------------------------- the CLI
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``orchard-swe train-value``."""
-    parser.add_argument(
-        "--trajectories",
-        type=Path,
-        required=True,
-        help="trajectory JSONL, or a directory of them (graded)",
-    )
-    parser.add_argument("--out", type=Path, required=True, help="the model directory")
-    parser.add_argument("--base", choices=MODELS, default="random-tiny")
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--batch-size", type=int, default=8, help="trajectories per step")
-    parser.add_argument(
-        "--lr",
-        type=float,
-        default=None,
-        help="default: 1e-2 with a frozen backbone, else 3e-3 random-tiny, 1e-5 smollm2",
-    )
-    parser.add_argument(
-        "--freeze-backbone",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="train the head only (default: yes for smollm2)",
-    )
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-
-
-def run(args: argparse.Namespace) -> int:
-    """``orchard-swe train-value``: progress on stderr, a JSON summary on stdout."""
-    try:
-        report = train_value_model(
-            args.trajectories,
-            args.out,
-            base=args.base,
-            steps=args.steps,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            freeze_backbone=args.freeze_backbone,
-            threads=args.threads,
-            seed=args.seed,
-        )
-    except (TrainError, LLMVenvError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    keys = (
-        "model",
-        "params",
-        "steps",
-        "examples",
-        "prefixes",
-        "loss_before",
-        "loss_after",
-        "before",
-        "after",
-        "train_seconds",
-        "seconds",
-    )
-    print(json.dumps({"model_dir": str(args.out), **{k: report[k] for k in keys}}))
-    return 0

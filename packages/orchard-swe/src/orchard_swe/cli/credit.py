@@ -1,10 +1,12 @@
-"""The ``orchard-swe credit-sft`` subcommand: trajectories → credit-assignment SFT samples.
+"""``orchard-swe credit-sft``: trajectories → credit-assignment SFT samples.
 
-Reads trajectory JSON lines, keeps resolved trajectories whole, runs the chosen estimator
-(``mc``: :class:`~.estimators.MonteCarloReplay`, ``judge``: :class:`~.estimators.LLMJudge`,
-``value``: ``value_model.ValueModelEstimator``) on the unresolved ones, extracts rise
-segments (:func:`~.credit.samples_for`) and writes ``SftSample.to_dict()`` lines, which
-``orchard-swe sft-data`` reads. Exit codes: 0 done, 2 bad input or arguments, 3 a service
+Reads trajectory JSON lines (:func:`orchard_swe.trajectory.read_trajectories`), keeps
+resolved trajectories whole, runs the chosen estimator (``mc``:
+:class:`~orchard_swe.algorithms.estimators.MonteCarloReplay`, ``judge``:
+:class:`~orchard_swe.algorithms.estimators.LLMJudge`, ``value``:
+:class:`~orchard_swe.trainers.value_model.ValueModelEstimator`) on the unresolved ones,
+extracts rise segments (:func:`~orchard_swe.algorithms.credit.samples_for`) and writes
+``SftSample.to_dict()`` lines, which ``orchard-swe sft-data`` reads. Exit codes: 0 done, 2 bad input or arguments, 3 a service
 (Orchard, the policy, the judge) is unreachable or the estimation failed.
 """
 
@@ -26,8 +28,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..trajectory import Trajectory
-from .credit import (
+from ..algorithms.credit import (
     CreditConfig,
     Estimator,
     SftSample,
@@ -37,29 +38,28 @@ from .credit import (
     moving_average,
     samples_for,
 )
+from ..trajectory import Trajectory, read_trajectories
+from .common import DEFAULT_URL, Command
 
 if TYPE_CHECKING:
     from orchard_env_client import AsyncSandboxClient
 
+    from ..algorithms.estimators import MonteCarloReplay
     from ..tasks import Task
-    from .estimators import MonteCarloReplay
 
 __all__ = [
+    "COMMAND",
     "EXIT_INPUT",
     "EXIT_SERVICE",
     "InputError",
     "TrajectoryResult",
-    "add_arguments",
     "estimate_all",
     "parse_smoother",
-    "read_trajectories",
-    "run",
     "write_samples",
 ]
 
 EXIT_INPUT: Final = 2
 EXIT_SERVICE: Final = 3
-DEFAULT_URL: Final = "http://127.0.0.1:8000"
 _SHOWN_ROWS: Final = 30
 
 
@@ -80,7 +80,8 @@ def _unparseable(value: str) -> float | None:
 
 
 def parse_smoother(spec: str) -> Smoother | None:
-    """``none``, ``ema:ALPHA`` or ``ma:WINDOW`` → a smoother of :mod:`.credit`."""
+    """``none``, ``ema:ALPHA`` or ``ma:WINDOW`` → a smoother of
+    :mod:`orchard_swe.algorithms.credit`."""
     name, _, arg = spec.partition(":")
     try:
         if name == "none" and not arg:
@@ -205,36 +206,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # ---------------------------------------------------------------- input and output
 
 
-def _trajectory(line: str, where: str) -> Trajectory:
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{where}: not JSON ({exc})") from None
-    if not isinstance(data, dict) or "metadata" not in data:
-        raise InputError(f"{where}: not a trajectory (no schema/metadata)")
-    try:
-        return Trajectory.from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"{where}: not a trajectory ({type(exc).__name__}: {exc})") from None
-
-
-def read_trajectories(path: Path) -> list[Trajectory]:
-    """Every trajectory of a JSONL file or of the ``*.jsonl`` under a directory.
-
-    Raises :class:`InputError` naming the file and line of the first bad line, and
-    ``FileNotFoundError`` for a missing path or a directory without ``*.jsonl``.
-    """
-    from .sft_data import input_files
-
-    out = []
-    for file in input_files(path):
-        with open(file, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if line.strip():
-                    out.append(_trajectory(line, f"{file}:{number}"))
-    return out
-
-
 def write_samples(records: Sequence[dict[str, Any]], path: Path) -> None:
     """JSON lines, written to a temporary file and renamed (never a half-written output)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -309,7 +280,7 @@ async def estimate_all(
             on_done(result)
         return result
 
-    from .estimators import gather_all
+    from ..algorithms.estimators import gather_all
 
     return await gather_all(one(t) for t in trajectories)
 
@@ -352,7 +323,7 @@ def _model(args: argparse.Namespace, *, judge: bool) -> Any:
 
 
 def _judge(args: argparse.Namespace, on_unit: Callable[[], None]) -> Estimator:
-    from .estimators import JudgeConfig, LLMJudge
+    from ..algorithms.estimators import JudgeConfig, LLMJudge
 
     config = JudgeConfig(
         retries=args.judge_retries,
@@ -367,7 +338,7 @@ def _value(args: argparse.Namespace) -> Estimator:
     if args.value_model is None:
         raise InputError("--estimator value needs --value-model DIR")
     try:
-        from .value_model import ValueModelEstimator
+        from ..trainers.value_model import ValueModelEstimator
     except ImportError as exc:
         raise InputError(f"the value-model estimator is not available: {exc}") from exc
     estimator: Estimator = ValueModelEstimator(args.value_model, batch_size=args.batch_size)
@@ -380,7 +351,7 @@ def _mc(
     tasks: Sequence[Task],
     on_unit: Callable[[], None],
 ) -> MonteCarloReplay:
-    from .estimators import MonteCarloConfig, MonteCarloReplay
+    from ..algorithms.estimators import MonteCarloConfig, MonteCarloReplay
 
     config = MonteCarloConfig(
         k=args.k,
@@ -559,8 +530,8 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
     from orchard_env_client import OrchardError
     from orchard_env_client.llm import ModelError
 
+    from ..algorithms.estimators import EstimatorError
     from ..tasks import TaskLoadError
-    from .estimators import EstimatorError
 
     console = console or Console(stderr=True)
     started = time.monotonic()
@@ -597,3 +568,6 @@ def _print_summary(
     if not out.is_terminal:
         out = Console(width=140)
     out.print(summary_table(results, summary))
+
+
+COMMAND = Command("credit-sft", "trajectories -> credit-assignment SFT samples", add_arguments, run)
