@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 
 from orchard_env_agent.build import build_id
 
@@ -38,13 +38,7 @@ class LocalAgent:
         self.base_url = ""
         self._admin_token = ""
         self.stale: str | None = None  # why the adopted agent is not of the installed code
-        # A burst of creates registers hundreds of sandboxes at once: let them queue for a
-        # connection (no pool timeout) rather than fail after the default 10 s wait.
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(30.0, pool=None),
-            limits=httpx.Limits(max_connections=32, max_keepalive_connections=32),
-            trust_env=False,
-        )
+        self._http: aiohttp.ClientSession | None = None
 
     async def ensure(self) -> bool:
         """Adopt a live agent from an earlier run, or start one. True when newly started."""
@@ -163,21 +157,34 @@ class LocalAgent:
         tmp.replace(self._state_file)
         log.info("started local agent pid %s at %s", self.pid, self.base_url)
 
-    async def admin(self, method: str, path: str, body: Any = None) -> Any:
-        try:
-            response = await self._http.request(
-                method,
-                self.base_url + path,
-                json=body,
-                headers={"Authorization": f"Bearer {self._admin_token}"},
+    def _session(self) -> aiohttp.ClientSession:
+        # aiohttp, like the command hop (agent_client.py): a burst of creates registers
+        # hundreds of sandboxes at once, and httpx's pool grew quadratically in the queue
+        # (docs/performance.md, round two). Requests queue for a connection without limit;
+        # connecting and each read have 30 s.
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=32, use_dns_cache=False),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=30),
+                cookie_jar=aiohttp.DummyCookieJar(),
             )
-        except httpx.TransportError as exc:
+        return self._http
+
+    async def admin(self, method: str, path: str, body: Any = None) -> Any:
+        headers = {"Authorization": f"Bearer {self._admin_token}"}
+        try:
+            async with self._session().request(
+                method, self.base_url + path, json=body, headers=headers
+            ) as response:
+                data = await response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
             raise BackendError(f"local agent unreachable: {exc!r}") from exc
-        if response.status_code == 404 and method == "DELETE":
+        if response.status == 404 and method == "DELETE":
             return None
-        if response.status_code >= 400:
-            raise BackendError(f"local agent refused {method} {path}: {response.text[:500]}")
-        return response.json() if response.content else None
+        if response.status >= 400:
+            text = data[:500].decode(errors="replace")
+            raise BackendError(f"local agent refused {method} {path}: {text}")
+        return json.loads(data) if data else None
 
     async def stop(self) -> None:
         """Stop the agent process (its sandboxes deleted first, or registered again with
@@ -188,5 +195,6 @@ class LocalAgent:
             (self._state_dir / name).unlink(missing_ok=True)
 
     async def aclose(self) -> None:
-        with contextlib.suppress(Exception):
-            await self._http.aclose()
+        if self._http is not None:
+            with contextlib.suppress(Exception):
+                await self._http.close()

@@ -509,12 +509,21 @@ class LocalBackend:
                 await self._agent.admin("DELETE", f"/_admin/sandboxes/{record.sandbox_id}")
             except BackendError as exc:
                 log.warning("agent did not forget %s: %s", record.sandbox_id, exc)
-        await self._kill_holder(record)
-        if record.backend_state.get("cgroup_procs"):
-            await asyncio.to_thread(self._cgroups.remove, record.sandbox_id)
-        await self._remove_home(self._sandboxes / record.sandbox_id)
-        self._release_uids(record)
+        await asyncio.to_thread(self._tear_down, record)
         self._release_tree(record.sandbox_id)
+
+    def _tear_down(self, record: SandboxRecord) -> None:
+        """The blocking part of ``reap``, in one worker thread's turn rather than one each."""
+        self._kill_holder_now(record)
+        if record.backend_state.get("cgroup_procs"):
+            self._cgroups.remove(record.sandbox_id)
+        home = self._sandboxes / record.sandbox_id
+        try:
+            self._roots.remove(home)
+        except OSError as exc:
+            log.warning("cannot unmount the root of %s: %s", home.name, exc)
+        remove_tree(home)
+        self._release_uids(record)
 
     def _hold_tree(self, sandbox_id: str, tree: Path) -> None:
         if sandbox_id in self._tree_locks:
@@ -631,16 +640,20 @@ class LocalBackend:
         return is_alive(state.get("holder_pid"), state.get("holder_start"))
 
     async def _kill_holder(self, record: SandboxRecord | None) -> None:
+        await asyncio.to_thread(self._kill_holder_now, record)
+
+    @staticmethod
+    def _kill_holder_now(record: SandboxRecord | None) -> None:
         if record is None or not record.backend_state.get("isolated"):
             return
         state = record.backend_state
         if state.get("holder_pid") is None:
             return
         # Killing the namespace's pid 1 takes every process of the sandbox with it.
-        await asyncio.to_thread(kill_and_wait, state["holder_pid"], state.get("holder_start"))
-        await asyncio.to_thread(kill_and_wait, state["monitor_pid"], state.get("monitor_start"))
+        kill_and_wait(state["holder_pid"], state.get("holder_start"))
+        kill_and_wait(state["monitor_pid"], state.get("monitor_start"))
         if state.get("egress_pid"):
-            await asyncio.to_thread(kill_and_wait, state["egress_pid"], state.get("egress_start"))
+            kill_and_wait(state["egress_pid"], state.get("egress_start"))
 
     def _release_uids(self, record: SandboxRecord) -> None:
         uid = record.backend_state.get("uid")
