@@ -120,6 +120,15 @@ def only_backend(name: str) -> pytest.MarkDecorator:
     return pytest.mark.parametrize("backend", [excluded], indirect=True)
 
 
+def wait_for_removals(url: str, seconds: float = 30) -> None:
+    """Wait until the server has finished removing deleted sandboxes: a delete answers
+    once the sandbox is stopped for good, and the rest of its removal follows."""
+    deadline = time.monotonic() + seconds
+    while httpx.get(f"{url}/resources", timeout=10).json()["sandboxes_reaping"]:
+        assert time.monotonic() < deadline, "deleted sandboxes are still being removed"
+        time.sleep(0.05)
+
+
 def leftovers(server: RunningServer) -> list[str]:
     """What a server left running for its state dir: processes (local), containers or pods."""
     if server.backend == "kubernetes":

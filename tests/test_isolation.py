@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from orchard_env_client import SandboxClient
-from orchard_testing import create_ready, only_backend, wait_until_it_runs_again
+from orchard_testing import create_ready, only_backend, wait_for_removals, wait_until_it_runs_again
 
 pytestmark = [
     pytest.mark.integration,
@@ -76,6 +76,7 @@ def test_an_open_network_is_a_namespace_of_its_own_with_user_mode_egress(server,
     egress = state["egress_pid"]
     assert "slirp4netns" in Path(f"/proc/{egress}/cmdline").read_text()
     sbx.delete()
+    wait_for_removals(server.url)
     assert not Path(f"/proc/{egress}").exists() or "slirp4netns" not in (
         Path(f"/proc/{egress}/cmdline").read_text()
     ), "slirp4netns outlived its sandbox"
@@ -172,6 +173,7 @@ def test_a_memory_hog_is_killed_and_the_sandbox_lives_on(server, client):
     assert sbx.exec("echo alive").stdout == "alive\n"
     assert sbx.refresh().status == "ready"
     sbx.delete()
+    wait_for_removals(server.url)
     assert not memory.exists(), "the sandbox's cgroup outlived it"
 
 
@@ -206,6 +208,7 @@ def test_a_fork_bomb_is_held_at_the_pids_limit(fresh_server):
         assert job.wait(timeout=30).status == "failed"
         wait_until_it_runs_again(sbx)  # forks fail while the bomb's last processes die
         sbx.delete()
+        wait_for_removals(srv.url)
         assert not pids.exists()
 
 

@@ -23,7 +23,7 @@ import pytest
 from security.probing import unique
 
 from orchard_env_client import SandboxClient, SandboxFailed
-from orchard_testing import TEST_IMAGE_STORE, RunningServer, only_backend
+from orchard_testing import TEST_IMAGE_STORE, RunningServer, only_backend, wait_for_removals
 
 pytestmark = [pytest.mark.integration, pytest.mark.security, only_backend("local")]
 rootfs_image = pytest.mark.parametrize("image", ["rootfs"], indirect=True)
@@ -85,6 +85,7 @@ def test_a_deleted_sandbox_leaves_no_mount_behind(client: SandboxClient, server:
     assert sum(state in line for line in Path("/proc/self/mountinfo").read_text().splitlines())
     for sandbox in sandboxes:
         sandbox.delete()
+    wait_for_removals(server.url)
     left = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if state in line]
     assert left == []
     assert (root / "bin" / "busybox").is_file()  # the shared tree survives its sandboxes
@@ -199,6 +200,7 @@ def test_a_sandbox_deep_tree_does_not_keep_its_directory_alive(
         for where in ("/workspace", "/"):
             done = s.exec(f"cd {where} && {make}", timeout=120)
             assert done.exit_code == 0, done.stderr
+    wait_for_removals(server.url)
     assert not home.exists()
 
 

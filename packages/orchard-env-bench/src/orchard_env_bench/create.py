@@ -153,7 +153,12 @@ def bwrap_true_argv(workdir: Path, state_dir: Path | None, fds: dict[str, int]) 
     """The holder's bwrap arguments for the image ``host`` (``holder_argv``), running
     ``/bin/true`` instead of the holder's sleep loop; ``fds`` has ``info`` and
     ``seccomp``, the latter dropped (no ``--seccomp``) when it is -1."""
-    from orchard_env_server.backends.local.bubblewrap import HolderSpec, bwrap_path, holder_argv
+    from orchard_env_server.backends.local.bubblewrap import (
+        HolderSpec,
+        bind_mounts,
+        bwrap_path,
+        holder_argv,
+    )
     from orchard_env_server.backends.local.host_view import host_view
 
     etc = Path("/etc")
@@ -169,9 +174,7 @@ def bwrap_true_argv(workdir: Path, state_dir: Path | None, fds: dict[str, int]) 
         seccomp=Path("/dev/null"),
         resolv_conf=None,
     )
-    from orchard_env_server.backends.local.bubblewrap import _binds
-
-    argv = holder_argv(spec, [str(source) for _, source, _ in _binds(spec)], fds)
+    argv = holder_argv(spec, [str(source) for _, source, _ in bind_mounts(spec)], fds)
     if fds["seccomp"] < 0:
         at = argv.index("--seccomp")
         del argv[at : at + 2]

@@ -492,13 +492,15 @@ class LocalBackend:
             raise BackendError(f"cannot save the sandbox's record: {exc}") from exc
 
     async def retire(self, record: SandboxRecord) -> None:
-        """Kill the sandbox's processes (its pid 1 takes them all; not waited for) and
-        leave a tombstone in its directory, so that a restart finishes the removal."""
+        """Kill the sandbox's processes (its pid 1 takes them all) and its network's
+        slirp4netns, not waiting for them, and leave a tombstone in its directory, so that
+        a restart finishes the removal."""
         with contextlib.suppress(OSError):
             (self._sandboxes / record.sandbox_id / TOMBSTONE).touch()
         state = record.backend_state
         if state.get("isolated"):
             kill(state.get("holder_pid"), state.get("holder_start"))
+            kill(state.get("egress_pid"), state.get("egress_start"))  # its network too
 
     async def reap(self, record: SandboxRecord) -> None:
         """Everything else: the agent's registration, the processes waited for, the

@@ -17,10 +17,10 @@ import contextlib
 import hashlib
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -29,7 +29,7 @@ import attrs
 from .host_view import ViewMount
 from .uid_ranges import RANGE_SIZE
 
-_HOLDER_COMMAND = ["/bin/sh", "-c", "while sleep 86400; do :; done"]
+_HOLDER_LOOP = "while sleep 86400; do :; done"
 _HOLDER_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 _SETUP_TIMEOUT_S = 10.0
 
@@ -114,7 +114,16 @@ class Holder:
     pid: int  # the sandbox's pid 1, whose namespaces commands join
 
 
-def _binds(spec: HolderSpec) -> list[tuple[str, Path, bool]]:
+def holder_command(signal_ready: bool) -> list[str]:
+    """The sandbox's pid 1: a shell that sleeps forever. With ``signal_ready`` it first
+    writes a line to its stdout (a pipe the orchestrator reads) and lets go of it: bwrap
+    runs the command only once every mount is made, so the line says setup is over."""
+    if not signal_ready:
+        return ["/bin/sh", "-c", _HOLDER_LOOP]
+    return ["/bin/sh", "-c", f"echo; exec >/dev/null; {_HOLDER_LOOP}"]
+
+
+def bind_mounts(spec: HolderSpec) -> list[tuple[str, Path, bool]]:
     """(destination, host source, writable) of every bind, in mount order."""
     binds = [
         (m.dest, m.source, m.writable)
@@ -127,14 +136,16 @@ def _binds(spec: HolderSpec) -> list[tuple[str, Path, bool]]:
     return binds
 
 
-def holder_argv(spec: HolderSpec, sources: Sequence[str], fds: dict[str, int]) -> list[str]:
-    """bwrap's arguments: ``sources`` are the paths bwrap sees for ``_binds(spec)``, ``fds``
+def holder_argv(
+    spec: HolderSpec, sources: Sequence[str], fds: dict[str, int], *, signal_ready: bool = False
+) -> list[str]:
+    """bwrap's arguments: ``sources`` are the paths bwrap sees for ``bind_mounts(spec)``, ``fds``
     the control pipes and the seccomp filter."""
     argv = [spec.bwrap, "--unshare-user"]
     if spec.uid is not None:
         argv += ["--userns-block-fd", str(fds["block"])]
     argv += ["--uid", "0", "--gid", "0", "--seccomp", str(fds["seccomp"])]
-    binds = iter(zip(_binds(spec), sources, strict=True))
+    binds = iter(zip(bind_mounts(spec), sources, strict=True))
     for m in spec.view:
         if m.symlink is not None:
             argv += ["--symlink", m.symlink, m.dest]
@@ -150,7 +161,7 @@ def holder_argv(spec: HolderSpec, sources: Sequence[str], fds: dict[str, int]) -
     argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
     argv += ["--unshare-cgroup-try", "--new-session"]
     argv += ["--hostname", spec.sandbox_id[:63], "--info-fd", str(fds["info"]), "--"]
-    return argv + _HOLDER_COMMAND
+    return argv + holder_command(signal_ready)
 
 
 def _close_all(fds: Iterable[int]) -> None:
@@ -160,9 +171,9 @@ def _close_all(fds: Iterable[int]) -> None:
 
 
 def _command(spec: HolderSpec, fds: dict[str, int]) -> list[str]:
-    binds = _binds(spec)
+    binds = bind_mounts(spec)
     if spec.uid is None:
-        return holder_argv(spec, [str(source) for _, source, _ in binds], fds)
+        return holder_argv(spec, [str(source) for _, source, _ in binds], fds, signal_ready=True)
     assert spec.enter is not None and spec.stage is not None
     sources = [f"{spec.stage}/{i}" for i in range(len(binds))]
     stage = [spec.enter, "--stage", str(spec.stage), str(spec.uid)]
@@ -170,7 +181,7 @@ def _command(spec: HolderSpec, fds: dict[str, int]) -> list[str]:
         *stage,
         *(str(source) for _, source, _ in binds),
         "--",
-        *holder_argv(spec, sources, fds),
+        *holder_argv(spec, sources, fds, signal_ready=True),
     ]
 
 
@@ -183,6 +194,7 @@ def start_holder(spec: HolderSpec) -> Holder:
         if spec.uid is not None:
             fds["block"], block_write = os.pipe()
         info_read, fds["info"] = os.pipe()
+        ready_read, ready_write = os.pipe()
     except OSError:
         _close_all([*fds.values(), *([block_write] if block_write else [])])
         raise
@@ -191,22 +203,23 @@ def start_holder(spec: HolderSpec) -> Holder:
             _command(spec, fds),
             pass_fds=tuple(fds.values()),
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
+            stdout=ready_write,
             stderr=subprocess.PIPE,
             start_new_session=True,
             env=_HOLDER_ENV,  # the holder is the sandbox's pid 1: /proc/1/environ is readable
         )
     except BaseException:
-        _close_all([info_read, *fds.values(), *([block_write] if block_write else [])])
+        _close_all([info_read, ready_read, ready_write, *fds.values()])
+        _close_all([block_write] if block_write else [])
         raise
-    _close_all(fds.values())
+    _close_all([*fds.values(), ready_write])
     child_pid = None
     try:
         child_pid = _read_child_pid(info_read, proc)
         if spec.uid is not None and block_write is not None:
             _map_ids(child_pid, spec.uid)
             os.write(block_write, b"1")
-        _wait_for_root(child_pid, spec, proc)
+        _wait_for_root(child_pid, spec, proc, ready_read)
     except (OSError, RuntimeError) as exc:
         # Nothing records this holder yet: kill it here or it outlives the failed create
         # (the sandbox's pid 1 is in a session of its own: the group kill misses it).
@@ -219,7 +232,7 @@ def start_holder(spec: HolderSpec) -> Holder:
             raise
         raise RuntimeError(f"bwrap did not start: {exc}") from exc
     finally:
-        _close_all([info_read, *([block_write] if block_write else [])])
+        _close_all([info_read, ready_read, *([block_write] if block_write else [])])
     if proc.stderr:
         proc.stderr.close()
     # The orchestrator does not wait() for holders; a double fork would hide them from
@@ -248,21 +261,24 @@ def _map_ids(pid: int, first: int) -> None:
             fh.write(f"0 {first} {RANGE_SIZE}\n")
 
 
-def _wait_for_root(pid: int, spec: HolderSpec, proc: subprocess.Popen[bytes]) -> None:
+def _wait_for_root(
+    pid: int, spec: HolderSpec, proc: subprocess.Popen[bytes], ready_fd: int
+) -> None:
     """bwrap reports the child's pid before the child has built its mounts. Setup is done
-    when the child's root is the new one: its /workspace is the sandbox's workspace
-    directory (same inode; bwrap switches to the new root only after every mount)."""
+    when the holder's command writes its line (``holder_command``; end of file instead:
+    the sandbox died first); then its root must be the new one: its /workspace is the
+    sandbox's workspace directory (same inode)."""
+    readable, _, _ = select.select([ready_fd], [], [], _SETUP_TIMEOUT_S)
+    if not readable:
+        raise RuntimeError(f"bwrap's sandbox (pid {pid}) did not finish its setup in 10 s")
+    if not os.read(ready_fd, 64):
+        proc.wait()
+        stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        raise RuntimeError(f"bwrap's sandbox exited during its setup: {stderr.strip()}")
     want = os.stat(spec.workspace)
-    deadline = time.monotonic() + _SETUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        try:
-            got = os.stat(f"/proc/{pid}/root/workspace")
-            if (got.st_dev, got.st_ino) == (want.st_dev, want.st_ino):
-                return
-        except OSError:
-            pass
-        if proc.poll() is not None:
-            stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-            raise RuntimeError(f"bwrap's sandbox exited during its setup: {stderr.strip()}")
-        time.sleep(0.0005)
-    raise RuntimeError(f"bwrap's sandbox (pid {pid}) did not finish its setup in 10 s")
+    try:
+        got = os.stat(f"/proc/{pid}/root/workspace")
+    except OSError as exc:
+        raise RuntimeError(f"bwrap's sandbox (pid {pid}) has no workspace: {exc}") from exc
+    if (got.st_dev, got.st_ino) != (want.st_dev, want.st_ino):
+        raise RuntimeError(f"bwrap's sandbox (pid {pid}) is not rooted in its own view")
