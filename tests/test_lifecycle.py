@@ -155,6 +155,7 @@ def test_a_graceful_stop_leaves_no_process_or_directory_behind(fresh_server, ima
     assert leftovers(fresh_server) == []
 
 
+@only_backend("local")  # the one backend whose removal outlasts the delete (retire, reap)
 def test_deleted_sandboxes_stay_deleted_and_leave_nothing_even_if_the_server_dies(
     fresh_server, image
 ):
