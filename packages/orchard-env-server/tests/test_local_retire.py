@@ -6,6 +6,8 @@ sandbox. Real bubblewrap sandboxes and a real shared agent."""
 from __future__ import annotations
 
 import asyncio
+import os
+import resource
 from pathlib import Path
 
 import pytest
@@ -76,3 +78,23 @@ async def test_delete_is_retire_then_reap(tmp_path):
         await backend.delete(record)  # idempotent
     finally:
         await backend.close(delete_sandboxes=True)
+
+
+async def test_a_busy_server_past_fd_setsize_still_makes_sandboxes(tmp_path):
+    """A thousand sandboxes keep a thousand and more fds open: a holder's setup must not
+    wait with select(), which refuses fds past 1023."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the fd limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    backend, _ = await _started(tmp_path / "state")
+    try:
+        record = _record("sbx-many-fds")
+        await backend.create(record)
+        assert start_time(record.backend_state["holder_pid"]) is not None
+    finally:
+        await backend.close(delete_sandboxes=True)
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -220,7 +220,7 @@ def start_holder(spec: HolderSpec) -> Holder:
             _map_ids(child_pid, spec.uid)
             os.write(block_write, b"1")
         _wait_for_root(child_pid, spec, proc, ready_read)
-    except (OSError, RuntimeError) as exc:
+    except BaseException as exc:
         # Nothing records this holder yet: kill it here or it outlives the failed create
         # (the sandbox's pid 1 is in a session of its own: the group kill misses it).
         for pid, kill in ((child_pid, os.kill), (proc.pid, os.killpg)):
@@ -228,9 +228,9 @@ def start_holder(spec: HolderSpec) -> Holder:
                 with contextlib.suppress(ProcessLookupError):
                     kill(pid, signal.SIGKILL)
         proc.wait()
-        if isinstance(exc, RuntimeError):
+        if isinstance(exc, RuntimeError) or not isinstance(exc, Exception):
             raise
-        raise RuntimeError(f"bwrap did not start: {exc}") from exc
+        raise RuntimeError(f"bwrap did not start: {exc!r}") from exc
     finally:
         _close_all([info_read, ready_read, *([block_write] if block_write else [])])
     if proc.stderr:
@@ -268,8 +268,9 @@ def _wait_for_root(
     when the holder's command writes its line (``holder_command``; end of file instead:
     the sandbox died first); then its root must be the new one: its /workspace is the
     sandbox's workspace directory (same inode)."""
-    readable, _, _ = select.select([ready_fd], [], [], _SETUP_TIMEOUT_S)
-    if not readable:
+    poller = select.poll()  # not select(): a busy server's fds are past FD_SETSIZE
+    poller.register(ready_fd, select.POLLIN)
+    if not poller.poll(_SETUP_TIMEOUT_S * 1000):
         raise RuntimeError(f"bwrap's sandbox (pid {pid}) did not finish its setup in 10 s")
     if not os.read(ready_fd, 64):
         proc.wait()
