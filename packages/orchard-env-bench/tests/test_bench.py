@@ -84,8 +84,12 @@ def test_concurrency_counts_every_command_and_leaves_nothing(backend, capsys, tm
 
 
 def test_create_and_cost_from_a_bench_result(backend, capsys, tmp_path: Path):
-    assert main(["bench", "create", "--runs", "3", "--json"]) == 0  # orchard-env bench
+    assert main(["bench", "create", "--runs", "3", "--warm-pool", "2", "--json"]) == 0
     created = json.loads(capsys.readouterr().out)
+    pool = created["warm_pool"]  # claims from a server of its own with --warm-pool host=2
+    assert pool["size"] == 2 and {"p50_ms"} <= set(pool["ready"]) <= set(pool["orchard"])
+    assert pool["pss_per_pooled_sandbox_bytes"] is not None
+    assert "warm pool" in " ".join(f["name"] for f in created["figures"])
     assert {"p50_ms", "p99_ms"} <= set(created["orchard"])  # type: ignore[arg-type]
     # the local baseline is a bare bwrap of /bin/true, interleaved with Orchard's creates
     assert {"p50_ms", "p99_ms"} <= set(created["baseline"]) and created["ratio_p50"]

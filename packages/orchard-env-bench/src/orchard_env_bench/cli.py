@@ -51,6 +51,13 @@ def add_bench_parsers(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="also N creates at once next to a loop of N docker run -d (Docker)",
     )
+    create.add_argument(
+        "--warm-pool",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also creates served from a warm pool of N (local; a server with --warm-pool)",
+    )
     _bench_options(
         subparsers.add_parser("bridge", help="a service bridge's round trip next to a direct call"),
         runs=200,
@@ -105,7 +112,7 @@ def _bench_functions(name: str) -> tuple[Runner, Printer, Plotter]:
 
         return (
             lambda a: create.bench_create(
-                a.url, a.backend, a.runs, a.image, concurrent=a.concurrent
+                a.url, a.backend, a.runs, a.image, concurrent=a.concurrent, warm_pool=a.warm_pool
             ),
             create.print_create,
             create.plot_create,

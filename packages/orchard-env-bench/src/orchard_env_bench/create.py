@@ -51,6 +51,7 @@ from .common import (
     percentiles,
     plot_percentile_bars,
 )
+from .pool import POOL_TARGET_P50_MS, bench_pool, tree_pss_bytes
 from .targets import figure, print_figures
 
 LOCAL_TARGET_P50_MS = 60.0
@@ -63,9 +64,11 @@ def bench_create(
     runs: int,
     image: str | None = None,
     concurrent: int | None = None,
+    warm_pool: int | None = None,
 ) -> dict[str, Any]:
     """Orchard's create → first command next to the backend's bare baseline (module doc);
-    with ``concurrent``, also N creates at once next to a ``docker run -d`` loop."""
+    with ``concurrent``, also N creates at once next to a ``docker run -d`` loop; with
+    ``warm_pool`` (local), also creates served from a pool of that size (``pool``)."""
     image = default_image(backend, image)
     own = None if url else OwnServer(backend)
     base = url or own.url  # type: ignore[union-attr]
@@ -91,6 +94,9 @@ def bench_create(
             results["ratio_p50"] = results["orchard"]["p50_ms"] / results["baseline"]["p50_ms"]
         if concurrent:
             results["concurrent"] = _concurrent(base, backend, image, concurrent)
+        if warm_pool and backend == "local":
+            idle = tree_pss_bytes(own.pid) if own is not None else None
+            results["warm_pool"] = bench_pool(image, warm_pool, runs, idle)
     finally:
         if own:
             own.close()
@@ -430,6 +436,37 @@ def _figures(results: dict[str, Any]) -> list[dict[str, Any]]:
                 target=DOCKER_TARGET_RATIO,
             )
         )
+    pool = results.get("warm_pool")
+    if pool:
+        figures.append(
+            figure(
+                f"create → ready p50 from a warm pool of {pool['size']}",
+                pool["ready"]["p50_ms"],
+                "ms",
+                baseline=p50,
+                baseline_name="an ordinary create → first command, this run",
+                target=POOL_TARGET_P50_MS,
+            )
+        )
+        figures.append(
+            figure(
+                "create → first command p50 from the pool",
+                pool["orchard"]["p50_ms"],
+                "ms",
+                baseline=p50,
+                baseline_name="the same, ordinary create",
+            )
+        )
+        figures.append(
+            figure(
+                "memory per pooled sandbox (server tree PSS)",
+                pool["pss_per_pooled_sandbox_bytes"] / 2**20
+                if pool["pss_per_pooled_sandbox_bytes"] is not None
+                else None,
+                "MiB",
+                target_text="report (no target)",
+            )
+        )
     burst = results.get("concurrent")
     if burst:
         figures.append(
@@ -455,6 +492,18 @@ def print_create(results: dict[str, Any], out: Console | None = None) -> None:
     out.print(latency_table(title, rows, 1))
     if "ratio_p50" in results:
         out.print(f"ratio p50 orchard / baseline: {results['ratio_p50']:.2f}")
+    pool = results.get("warm_pool")
+    if pool:
+        out.print(
+            latency_table(
+                f"from a warm pool of {pool['size']}",
+                [
+                    ("claim (create answered ready)", pool["ready"]),
+                    ("claim → first command", pool["orchard"]),
+                ],
+                1,
+            )
+        )
     burst = results.get("concurrent")
     if burst:
         out.print(
