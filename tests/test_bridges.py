@@ -24,7 +24,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from orchard_env_client import Sandbox, SandboxClient
-from orchard_testing import RunningServer, StubEndpoint, free_port, only_backend
+from orchard_testing import (
+    RunningServer,
+    StubEndpoint,
+    free_port,
+    only_backend,
+    wait_for_removals,
+)
 
 PROBE = Path(__file__).with_name("bridge_probe.py")
 PORT = 4000  # the bridge's port inside the sandbox
@@ -226,6 +232,7 @@ def test_deleting_a_sandbox_closes_its_bridge_listeners(server, image, upstream)
         agent = int(json.loads((server.state_dir / "agent.json").read_text())["pid"])
         assert listener in _socket_inodes(agent)
         sbx.delete()
+        wait_for_removals(server.url)  # the agent forgets the sandbox after delete answers
         assert listener not in _socket_inodes(agent)
 
 

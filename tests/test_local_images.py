@@ -22,7 +22,7 @@ import pytest
 from images.registry import LocalRegistry, RegistryProxy
 
 from orchard_env_client import SandboxClient
-from orchard_testing import BUSYBOX_IMAGE, RunningServer, docker, only_backend
+from orchard_testing import BUSYBOX_IMAGE, RunningServer, docker, only_backend, wait_for_removals
 
 pytestmark = [pytest.mark.integration, only_backend("local")]
 CONFIGURED = "orchard-test/configured-busybox"
@@ -147,6 +147,7 @@ def test_prune_leaves_the_trees_of_live_sandboxes(backend: str, tmp_path: Path):
             subprocess.run([*cli, "prune", "--image-store", str(store)], check=True)
             assert sandbox.exec("ls /bin/sh && echo alive").stdout.endswith("alive\n")
             sandbox.delete()
+        wait_for_removals(srv.url)  # its hold on the image tree goes with its removal
         subprocess.run([*cli, "prune", "--image-store", str(store)], check=True)
         assert not any((store / "rootfs").iterdir())  # with its last sandbox gone, it goes
     finally:
