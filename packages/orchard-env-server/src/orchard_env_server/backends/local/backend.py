@@ -519,12 +519,7 @@ class LocalBackend:
         self._kill_holder_now(record)
         if record.backend_state.get("cgroup_procs"):
             self._cgroups.remove(record.sandbox_id)
-        home = self._sandboxes / record.sandbox_id
-        try:
-            self._roots.remove(home)
-        except OSError as exc:
-            log.warning("cannot unmount the root of %s: %s", home.name, exc)
-        remove_tree(home)
+        self._remove_home_now(self._sandboxes / record.sandbox_id)
         self._release_uids(record)
 
     def _hold_tree(self, sandbox_id: str, tree: Path) -> None:
@@ -540,12 +535,15 @@ class LocalBackend:
             os.close(fd)
 
     async def _remove_home(self, home: Path) -> None:
+        await asyncio.to_thread(self._remove_home_now, home)
+
+    def _remove_home_now(self, home: Path) -> None:
         """A sandbox's directory, its root's mounts first (see ``image_roots``)."""
         try:
-            await asyncio.to_thread(self._roots.remove, home)
+            self._roots.remove(home)
         except OSError as exc:
             log.warning("cannot unmount the root of %s: %s", home.name, exc)
-        await asyncio.to_thread(remove_tree, home)
+        remove_tree(home)
 
     async def check(self, record: SandboxRecord) -> str | None:
         if not self._agent.alive():
