@@ -56,6 +56,29 @@ from .targets import (
 )
 
 
+def tree_pss_bytes(roots: list[psutil.Process]) -> int | None:
+    """The summed PSS of ``roots`` and all their descendants; None when there are none
+    or one cannot be read."""
+    if not roots:
+        return None
+    seen: dict[int, psutil.Process] = {}
+    try:
+        for proc in roots:
+            seen[proc.pid] = proc
+            seen.update((child.pid, child) for child in proc.children(recursive=True))
+    except psutil.Error:
+        return None
+    total = 0
+    for proc in seen.values():
+        try:
+            total += proc.memory_full_info().pss
+        except psutil.NoSuchProcess:
+            continue  # a process that ended meanwhile costs nothing now
+        except (psutil.Error, AttributeError):
+            return None
+    return total
+
+
 class MemorySampler:
     """Samples the RSS of given processes and the machine's used memory in a thread."""
 
@@ -70,26 +93,8 @@ class MemorySampler:
         self._t0 = time.monotonic()
 
     def tree_pss_bytes(self) -> int | None:
-        """The summed PSS of the sampled processes and all their descendants; None when
-        there are none or one cannot be read."""
-        if not self._procs:
-            return None
-        seen: dict[int, psutil.Process] = {}
-        try:
-            for proc in self._procs.values():
-                seen[proc.pid] = proc
-                seen.update((child.pid, child) for child in proc.children(recursive=True))
-        except psutil.Error:
-            return None
-        total = 0
-        for proc in seen.values():
-            try:
-                total += proc.memory_full_info().pss
-            except psutil.NoSuchProcess:
-                continue  # a process that ended meanwhile costs nothing now
-            except (psutil.Error, AttributeError):
-                return None
-        return total
+        """The summed PSS of the sampled processes and all their descendants."""
+        return tree_pss_bytes(list(self._procs.values()))
 
     @staticmethod
     def used_bytes() -> int:

@@ -51,7 +51,7 @@ from .common import (
     percentiles,
     plot_percentile_bars,
 )
-from .pool import POOL_TARGET_P50_MS, bench_pool, tree_pss_bytes
+from .pool import POOL_TARGET_P50_MS, bench_pool, server_pss_bytes
 from .targets import figure, print_figures
 
 LOCAL_TARGET_P50_MS = 60.0
@@ -95,7 +95,7 @@ def bench_create(
         if concurrent:
             results["concurrent"] = _concurrent(base, backend, image, concurrent)
         if warm_pool and backend == "local":
-            idle = tree_pss_bytes(own.pid) if own is not None else None
+            idle = server_pss_bytes(own.pid) if own is not None else None
             results["warm_pool"] = bench_pool(image, warm_pool, runs, idle)
     finally:
         if own:

@@ -21,20 +21,14 @@ from rich.progress import track
 from orchard_env_client import SandboxClient
 
 from .common import OwnServer, percentiles
+from .concurrency import tree_pss_bytes
 
 POOL_TARGET_P50_MS = 15.0
 
 
-def tree_pss_bytes(pid: int) -> int:
-    """The summed PSS of a process and all its descendants."""
-    root = psutil.Process(pid)
-    total = 0
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            total += proc.memory_full_info().pss
-        except psutil.NoSuchProcess:
-            continue
-    return total
+def server_pss_bytes(pid: int) -> int | None:
+    """The summed PSS of a server process and all its descendants."""
+    return tree_pss_bytes([psutil.Process(pid)])
 
 
 def _settled(url: str, image: str, size: int) -> bool:
@@ -57,7 +51,7 @@ def bench_pool(image: str, size: int, runs: int, idle_pss: int | None) -> dict[s
     own = OwnServer("local", ["--warm-pool", f"{image}={size}"])
     try:
         _wait_for(own.url, image, size)
-        full_pss = tree_pss_bytes(own.pid)
+        full_pss = server_pss_bytes(own.pid)
         ready: list[float] = []
         first: list[float] = []
         with SandboxClient(base_url=own.url) as client:
@@ -71,7 +65,9 @@ def bench_pool(image: str, size: int, runs: int, idle_pss: int | None) -> dict[s
                 sandbox.delete()
     finally:
         own.close()
-    per_sandbox = (full_pss - idle_pss) // size if idle_pss is not None else None
+    per_sandbox = (
+        (full_pss - idle_pss) // size if idle_pss is not None and full_pss is not None else None
+    )
     return {
         "size": size,
         "ready": percentiles(ready),
