@@ -293,12 +293,17 @@ def _environ(pid: int) -> dict[str, str]:
 
 
 @only_backend("local")
-def test_the_command_env_never_reaches_the_host_side_helper(backend, client, image):
+@pytest.mark.parametrize("start", ["spawner", "one-shot"])
+def test_the_command_env_never_reaches_the_host_side_helper(backend, client, image, start):
     """orchard-enter runs as host root until it is inside the sandbox: a request's or an
     image's ``LD_PRELOAD``/``GLIBC_TUNABLES`` in its own environment would run code as
-    host root through its loader or libc. It gets them prefixed, the command plain."""
+    host root through its loader or libc. The sandbox's spawner gets no environment at
+    all (each command's comes in its request); a one-shot start (a request too big for
+    the spawner, 256 KiB) gets it prefixed. The command gets it plain."""
     marker = str(7_000_000 + secrets.randbelow(1_000_000))
     env = {"LD_PRELOAD": "/nonexistent.so", "GLIBC_TUNABLES": "glibc.malloc.check=3"}
+    if start == "one-shot":
+        env |= {f"PAD{i}": "x" * 100_000 for i in range(3)}
     with client.create_sandbox(image) as sandbox:
         job = sandbox.start(f"exec sleep {marker}", env=env)
         try:
@@ -308,8 +313,11 @@ def test_the_command_env_never_reaches_the_host_side_helper(backend, client, ima
             helper_env, command_env = _environ(helper), _environ(command)
         finally:
             job.cancel()
-    assert helper_env and all(name.startswith("ORCHARD_ENTER_ENV_") for name in helper_env)
-    assert helper_env["ORCHARD_ENTER_ENV_LD_PRELOAD"] == "/nonexistent.so"
+    assert all(name.startswith("ORCHARD_ENTER_ENV_") for name in helper_env)
+    if start == "spawner":
+        assert helper_env == {}
+    else:
+        assert helper_env["ORCHARD_ENTER_ENV_LD_PRELOAD"] == "/nonexistent.so"
     assert command_env["LD_PRELOAD"] == "/nonexistent.so"
     assert command_env["GLIBC_TUNABLES"] == "glibc.malloc.check=3"
     assert not any(name.startswith("ORCHARD_ENTER_ENV_") for name in command_env)

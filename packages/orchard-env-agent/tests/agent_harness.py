@@ -209,3 +209,35 @@ def start_holder(ws: Path) -> tuple[subprocess.Popen[bytes], int]:
             pass
         assert time.monotonic() < deadline and proc.poll() is None, "bwrap did not set up"
         time.sleep(0.005)
+
+
+@contextlib.contextmanager
+def boxed_sandbox(multi: Agent, tmp_path: Path, sandbox_id: str = "boxed") -> Iterator[Agent]:
+    """A bubblewrap holder registered with the multi-sandbox agent ``multi``, as the local
+    backend registers one; yields the agent as that sandbox's client."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    proc, holder = start_holder(ws)
+    body = {
+        "sandbox_id": sandbox_id,
+        "token": "bt",
+        "workdir": "/workspace",
+        "holder_pid": holder,
+        "owner": [0, 0],  # the harness's holder maps the host's root as its root
+        "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace"},
+        "mounts": [
+            {"path": "/", "host_path": "/", "writable": False},
+            {"path": "/workspace", "host_path": str(ws), "writable": True},
+        ],
+    }
+    assert multi.admin("POST", "/_admin/sandboxes", json=body).status_code == 201
+    try:
+        yield Agent(
+            multi.proc, multi.base_url, "bt", ws, sandbox_id, multi.client, multi.admin_token
+        )
+    finally:
+        with contextlib.suppress(httpx.TransportError):  # a test may have killed the agent
+            multi.admin("DELETE", f"/_admin/sandboxes/{sandbox_id}")
+        os.kill(holder, 9)  # the namespace's pid 1: everything inside goes with it
+        proc.kill()
+        proc.wait()

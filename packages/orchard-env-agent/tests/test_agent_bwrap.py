@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_harness import Agent, free_port, http_server_inside, start_holder
+from agent_harness import Agent, boxed_sandbox, free_port, http_server_inside
 
 pytestmark = [
     pytest.mark.integration,
@@ -21,27 +21,8 @@ pytestmark = [
 
 @pytest.fixture
 def boxed(multi: Agent, tmp_path: Path) -> Iterator[Agent]:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    proc, holder = start_holder(ws)
-    body = {
-        "sandbox_id": "boxed",
-        "token": "bt",
-        "workdir": "/workspace",
-        "holder_pid": holder,
-        "owner": [0, 0],  # the harness's holder maps the host's root as its root
-        "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace"},
-        "mounts": [
-            {"path": "/", "host_path": "/", "writable": False},
-            {"path": "/workspace", "host_path": str(ws), "writable": True},
-        ],
-    }
-    assert multi.admin("POST", "/_admin/sandboxes", json=body).status_code == 201
-    yield Agent(multi.proc, multi.base_url, "bt", ws, "boxed", multi.client, multi.admin_token)
-    multi.admin("DELETE", "/_admin/sandboxes/boxed")
-    os.kill(holder, 9)  # the namespace's pid 1: everything inside goes with it
-    proc.kill()
-    proc.wait()
+    with boxed_sandbox(multi, tmp_path) as agent:
+        yield agent
 
 
 def test_bwrap_exec_files_ports(boxed: Agent) -> None:

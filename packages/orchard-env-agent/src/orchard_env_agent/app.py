@@ -291,6 +291,8 @@ class Agent:
         if ctx is None:
             raise ApiError(404, "sandbox_not_found", f"no sandbox {sid!r} here")
         ctx.jobs.kill_all()
+        if ctx.spawner is not None:
+            ctx.spawner.close()
         await ctx.bridges.close()
         return JSONResponse({"status": "deleted", "sandbox_id": sid})
 
@@ -359,6 +361,8 @@ def create_app(settings: Settings) -> Starlette:
         yield
         for ctx in agent.registry.sandboxes.values():
             ctx.jobs.kill_all()
+            if ctx.spawner is not None:
+                ctx.spawner.close()
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
     routes = [

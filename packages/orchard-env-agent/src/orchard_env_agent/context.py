@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .bridges import Bridges
     from .jobs import JobStore
+    from .spawner import Spawner
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -38,6 +39,8 @@ class SandboxContext:
     # User. None is the sandbox's root.
     user: tuple[int, int] | None = None
     jobs: JobStore = field(init=False)
+    # The command spawner inside an isolated local sandbox, once its first command ran.
+    spawner: Spawner | None = field(default=None, init=False)
     _bridges: Bridges | None = field(default=None, init=False)
     _has_bash: bool | None = field(default=None, init=False)
 
@@ -98,6 +101,15 @@ class Registry:
         if old is not None:
             ctx.jobs = old.jobs  # re-registration keeps the jobs and the bridges
             ctx._bridges = old._bridges
+            same_place = (old.holder_pid, old.cgroup_procs, old.user) == (
+                ctx.holder_pid,
+                ctx.cgroup_procs,
+                ctx.user,
+            )
+            if same_place:
+                ctx.spawner = old.spawner
+            elif old.spawner is not None:
+                old.spawner.close()
         self.sandboxes[ctx.sandbox_id] = ctx
 
     def get(self, sandbox_id: str) -> SandboxContext | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from .errors import ApiError
 from .output import CappedBuffer
-from .process import Spawned
+from .process import Running
 
 MAX_FINISHED = 1000  # finished jobs kept per sandbox, results and all
 MAX_EVICTED = 10_000  # ids of finished jobs dropped since, so a late ask hears why
@@ -33,7 +33,7 @@ class Job:
     timed_out: bool = False
     cancelled: bool = False
     usage: dict[str, Any] | None = None
-    proc: Spawned | None = None
+    proc: Running | None = None
     stdout: CappedBuffer = field(init=False)
     stderr: CappedBuffer = field(init=False)
     done: asyncio.Event = field(default_factory=asyncio.Event)

@@ -15,25 +15,32 @@ import signal
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Protocol
 
 
 @dataclass
 class ExitInfo:
-    returncode: int | None  # None when killed by a signal
+    returncode: int | None  # None when killed by a signal, or when it is unknown
     signal: int | None
     usage: dict[str, float | int]
+    # Why the exit status is unknown (the command's spawner died under it), if it is.
+    error: str | None = None
 
 
-def _exit_info(status: int, ru: resource.struct_rusage) -> ExitInfo:
+def exit_info(status: int, user_s: float, system_s: float, max_rss_kb: int) -> ExitInfo:
+    """How a process ended, from its wait status and its resource usage."""
     usage: dict[str, float | int] = {
-        "cpu_user_s": round(ru.ru_utime, 6),
-        "cpu_system_s": round(ru.ru_stime, 6),
-        "max_rss_bytes": int(ru.ru_maxrss) * 1024,
+        "cpu_user_s": round(user_s, 6),
+        "cpu_system_s": round(system_s, 6),
+        "max_rss_bytes": int(max_rss_kb) * 1024,
     }
     if os.WIFSIGNALED(status):
         return ExitInfo(None, os.WTERMSIG(status), usage)
     return ExitInfo(os.waitstatus_to_exitcode(status), None, usage)
+
+
+def _exit_info(status: int, ru: resource.struct_rusage) -> ExitInfo:
+    return exit_info(status, ru.ru_utime, ru.ru_stime, int(ru.ru_maxrss))
 
 
 class Reaper:
@@ -145,6 +152,15 @@ def in_cgroups(argv: Sequence[str], procs_files: Sequence[str]) -> list[str]:
     ]
 
 
+class Running(Protocol):
+    """A started command, however it was started."""
+
+    exited: asyncio.Future[ExitInfo]
+
+    def kill_group(self) -> None:
+        """SIGKILL the command's process group."""
+
+
 @dataclass
 class Spawned:
     pid: int
@@ -157,19 +173,25 @@ class Spawned:
             os.killpg(self.pid, signal.SIGKILL)
 
 
-class _OutputReaders:
-    """The child's stdout and stderr as non-blocking fds, read on the loop into callbacks."""
+def take_fd(pipe: IO[bytes]) -> int:
+    """The pipe's fd as a plain one of ours; the file object is closed."""
+    fd = os.dup(pipe.fileno())
+    pipe.close()
+    return fd
+
+
+class OutputReaders:
+    """A child's stdout and stderr pipes (their read ends, which this owns and closes),
+    read without blocking on the loop into callbacks."""
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        pipes: Sequence[tuple[IO[bytes], Callable[[bytes], None]]],
+        pipes: Sequence[tuple[int, Callable[[bytes], None]]],
     ) -> None:
         self.loop = loop
         self.readers: list[tuple[int, Callable[[bytes], None]]] = []
-        for pipe, cb in pipes:
-            fd = os.dup(pipe.fileno())
-            pipe.close()
+        for fd, cb in pipes:
             os.set_blocking(fd, False)
             self.readers.append((fd, cb))
         self.open_fds = {fd for fd, _ in self.readers}
@@ -213,16 +235,14 @@ class _OutputReaders:
                     self.close(fd)
 
 
-def _feed_stdin(
+def feed_stdin(
     loop: asyncio.AbstractEventLoop,
-    pipe: IO[bytes],
+    wfd: int,
     stdin: bytes,
     exited: asyncio.Future[ExitInfo],
 ) -> None:
-    """Write ``stdin`` to the child without blocking the loop; closed when all is written,
-    the child closes its end, or it exits."""
-    wfd = os.dup(pipe.fileno())
-    pipe.close()
+    """Write ``stdin`` to the child's stdin pipe (its write end, which this owns) without
+    blocking the loop; closed when all is written, the child closes its end, or it exits."""
     os.set_blocking(wfd, False)
     pending = memoryview(stdin)
     state = {"open": True}
@@ -280,10 +300,12 @@ def spawn(
     exited: asyncio.Future[ExitInfo] = loop.create_future()
     proc = Spawned(popen.pid, popen, exited)
     assert popen.stdout is not None and popen.stderr is not None
-    readers = _OutputReaders(loop, ((popen.stdout, on_stdout), (popen.stderr, on_stderr)))
+    readers = OutputReaders(
+        loop, ((take_fd(popen.stdout), on_stdout), (take_fd(popen.stderr), on_stderr))
+    )
     if stdin:
         assert popen.stdin is not None
-        _feed_stdin(loop, popen.stdin, stdin, exited)
+        feed_stdin(loop, take_fd(popen.stdin), stdin, exited)
 
     def on_exit(info: ExitInfo) -> None:
         popen.returncode = info.returncode if info.returncode is not None else -1

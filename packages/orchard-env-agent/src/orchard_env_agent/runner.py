@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from . import enter
 from .context import DEFAULT_PATH, SandboxContext
 from .jobs import Job
-from .process import ExitInfo, spawn
+from .process import ExitInfo, Running, spawn
+from .spawner import spawner_for
 
 DEFAULT_TIMEOUT = 300.0
 
@@ -72,11 +73,39 @@ def _launch(ctx: SandboxContext, argv: list[str], workdir: str, env: dict[str, s
     )
 
 
+def _through_spawner(
+    ctx: SandboxContext,
+    job: Job,
+    argv: list[str],
+    workdir: str,
+    env: dict[str, str],
+    stdin: bytes | None,
+) -> Running | None:
+    """The command started by the sandbox's spawner (an isolated local sandbox's); None
+    when it has none or cannot take this one (the caller starts it the one-shot way)."""
+    if ctx.holder_pid is None:
+        return None
+    spawner = spawner_for(ctx)
+    if spawner is None:
+        return None
+    return spawner.spawn(
+        argv,
+        cwd=workdir,
+        env=env,
+        stdin=stdin,
+        on_stdout=lambda b: job.feed("stdout", b),
+        on_stderr=lambda b: job.feed("stderr", b),
+    )
+
+
 def _settle(job: Job, info: ExitInfo, timeout: float) -> None:
     """The job's final status from how its process ended."""
     job.usage = info.usage
     job.exit_code = info.returncode
-    if job.timed_out:
+    if info.error is not None and not (job.timed_out or job.cancelled):
+        job.status = "failed"
+        job.error = info.error
+    elif job.timed_out:
         job.status, job.exit_code = "failed", None
         job.error = f"timed out after {timeout:g}s; the process group was killed"
     elif job.cancelled:
@@ -124,12 +153,13 @@ def start_job(
     if not os.path.isdir(launch.probe):
         return _fail(job, ctx, None, f"cwd {workdir!r} is not a directory in the sandbox")
     loop = asyncio.get_running_loop()
+    stdin_bytes = stdin.encode() if stdin else None
     try:
-        proc = spawn(
+        proc = _through_spawner(ctx, job, argv, workdir, full_env, stdin_bytes) or spawn(
             launch.argv,
             cwd=launch.popen_cwd,
             env=launch.env,
-            stdin=stdin.encode() if stdin else None,
+            stdin=stdin_bytes,
             on_stdout=lambda b: job.feed("stdout", b),
             on_stderr=lambda b: job.feed("stderr", b),
             cgroup_procs=launch.cgroup_procs,
@@ -138,7 +168,7 @@ def start_job(
         return _fail(job, ctx, 127, f"{shlex.quote(launch.argv[0])}: command not found")
     except PermissionError:
         return _fail(job, ctx, 126, f"{shlex.quote(launch.argv[0])}: permission denied")
-    except (OSError, subprocess.SubprocessError) as exc:
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
         return _fail(job, ctx, None, f"could not start the command: {exc}")
     job.proc = proc
     job.status = "running"

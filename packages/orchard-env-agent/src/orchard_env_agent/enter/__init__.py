@@ -100,6 +100,10 @@ def helper_env(env: Mapping[str, str]) -> dict[str, str]:
     return {ENV_PREFIX + name: value for name, value in env.items()}
 
 
+def _as_user(user: tuple[int, int] | None) -> list[str]:
+    return ["--user", f"{user[0]}:{user[1]}"] if user is not None and user != (0, 0) else []
+
+
 def enter_argv(
     helper_path: str,
     holder_pid: int,
@@ -110,14 +114,35 @@ def enter_argv(
 ) -> list[str]:
     """``argv`` run by the helper inside the holder's sandbox, in ``cwd``, in its cgroups,
     as ``user`` (uid, gid inside the sandbox; default its root)."""
-    as_user = ["--user", f"{user[0]}:{user[1]}"] if user is not None and user != (0, 0) else []
     return [
         helper_path,
-        *as_user,
+        *_as_user(user),
         str(holder_pid),
         cwd,
         str(len(cgroup_procs)),
         *cgroup_procs,
         "--",
         *argv,
+    ]
+
+
+def serve_argv(
+    helper_path: str,
+    holder_pid: int,
+    cgroup_procs: Sequence[str],
+    fd: int,
+    user: tuple[int, int] | None = None,
+) -> list[str]:
+    """The helper as the sandbox's command spawner, serving requests on ``fd`` (see
+    orchard_enter.c's --serve and spawner.py): in the holder's sandbox and cgroups, as
+    ``user`` (default its root)."""
+    return [
+        helper_path,
+        *_as_user(user),
+        str(holder_pid),
+        "/",
+        str(len(cgroup_procs)),
+        *cgroup_procs,
+        "--serve",
+        str(fd),
     ]

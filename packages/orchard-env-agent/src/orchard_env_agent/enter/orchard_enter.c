@@ -2,6 +2,7 @@
  * orchard-enter: start a command inside a local sandbox in one small exec.
  *
  *   orchard-enter [--user UID:GID] HOLDER_PID CWD N CGROUP_PROCS_1 .. CGROUP_PROCS_N -- ARGV...
+ *   orchard-enter [--user UID:GID] HOLDER_PID CWD N CGROUP_PROCS... --serve FD
  *   orchard-enter --seccomp-bpf      (writes the sandbox's seccomp program to stdout)
  *   orchard-enter --stage DIR UID SOURCE_1 .. SOURCE_N -- BWRAP ARGV...
  *
@@ -35,6 +36,20 @@
  * (GLIBC_TUNABLES, MALLOC_*), nor anything else in it may act on what a tenant or an
  * image set. The prefixes are stripped only for the command's exec.
  *
+ * --serve makes it the sandbox's command spawner: it enters the sandbox once, exactly as
+ * above, then serves requests on FD (a SOCK_SEQPACKET unix socket from the agent) until
+ * the agent closes its end. Each request is one message, a header and NUL-terminated
+ * strings (CWD, ARGV, ENV), with the command's stdout, stderr and optionally stdin as
+ * SCM_RIGHTS fds; the spawner forks, and the child takes those fds as 0, 1 and 2, starts
+ * a session, changes to CWD and executes ARGV with ENV. A command therefore costs one
+ * fork of this small process and one exec, instead of a fork of the agent, the exec of
+ * this program, its namespace entry and a second exec. Replies are fixed-size records:
+ * started (with the child's pid), exited (wait status and rusage) or failed (errno). A
+ * kill request signals a command's process group, only while the spawner has not reaped
+ * it (so its pid cannot have been reused). Everything it runs inherits the sandbox's
+ * namespaces, cgroups, capabilities, no_new_privs and seccomp filter from it. It exits
+ * when the agent's end closes, and is killed if the agent dies.
+ *
  * Exit codes of its own: 125 (it could not enter the sandbox), 126 (ARGV[0] is not
  * executable), 127 (not found), each with a message on stderr.
  */
@@ -46,6 +61,7 @@
 #include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stddef.h>
@@ -55,6 +71,9 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -464,54 +483,33 @@ static char **command_environment(void) {
     return out;
 }
 
-int main(int argc, char **argv) {
-    if (argc == 2 && strcmp(argv[1], "--seccomp-bpf") == 0)
-        return print_filter();
-    if (argc > 1 && strcmp(argv[1], "--stage") == 0)
-        return stage(argc, argv);
-    long as_uid = 0, as_gid = 0;
-    if (argc > 2 && strcmp(argv[1], "--user") == 0) {
-        char *end;
-        as_uid = strtol(argv[2], &end, 10);
-        if (*end != ':' || as_uid < 0 || as_uid > 65535)
-            return fprintf(stderr, "orchard-enter: malformed --user %s\n", argv[2]), 125;
-        as_gid = strtol(end + 1, &end, 10);
-        if (*end != '\0' || as_gid < 0 || as_gid > 65535)
-            return fprintf(stderr, "orchard-enter: malformed --user %s\n", argv[2]), 125;
-        argc -= 2;
-        argv += 2;
-    }
-    if (argc < 6) {
-        fprintf(stderr, "usage: orchard-enter [--user UID:GID] HOLDER_PID CWD N "
-                        "CGROUP_PROCS... -- ARGV...\n");
-        return 125;
-    }
-    const char *holder = argv[1], *cwd = argv[2];
-    int n_cgroups = atoi(argv[3]);
-    if (n_cgroups < 0 || 4 + n_cgroups >= argc || strcmp(argv[4 + n_cgroups], "--") != 0 ||
-        5 + n_cgroups >= argc) {
-        fprintf(stderr, "orchard-enter: malformed arguments\n");
-        return 125;
-    }
-    char **command = argv + 5 + n_cgroups;
+struct target {
+    const char *holder, *cwd;
+    long as_uid, as_gid;
+    int n_cgroups;
+    char **cgroups;
+};
 
+/* Joins the holder's cgroups, namespaces and root, and becomes the sandbox's root (or the
+ * image's user) with a container's capabilities, no_new_privs and the seccomp filter. */
+static void enter_sandbox(const struct target *t) {
     char holder_userns[64];
-    snprintf(holder_userns, sizeof(holder_userns), "/proc/%s/ns/user", holder);
+    snprintf(holder_userns, sizeof(holder_userns), "/proc/%s/ns/user", t->holder);
     if (same_namespace(holder_userns, "/proc/self/ns/user")) {
         fprintf(stderr, "orchard: sandbox %s has no user namespace of its own (made by an "
                         "older orchard-env): refusing to enter it; delete and recreate it\n",
-                holder);
-        return 125;
+                t->holder);
+        _exit(125);
     }
     int ns_fds[N_NAMESPACES];
     for (size_t i = 0; i < N_NAMESPACES; i++) {
         char entry[16];
         snprintf(entry, sizeof(entry), "ns/%s", NAMESPACES[i].name);
-        ns_fds[i] = open_in(holder, entry);
+        ns_fds[i] = open_in(t->holder, entry);
     }
-    int root_fd = open_in(holder, "root");
-    for (int i = 0; i < n_cgroups; i++)
-        join_cgroup(argv[4 + i]);
+    int root_fd = open_in(t->holder, "root");
+    for (int i = 0; i < t->n_cgroups; i++)
+        join_cgroup(t->cgroups[i]);
     /* Host groups (root's among them) would still count for file access inside. */
     if (geteuid() == 0 && setgroups(0, NULL) != 0)
         die("cannot drop", "supplementary groups");
@@ -521,34 +519,41 @@ int main(int argc, char **argv) {
         close(ns_fds[i]);
     }
     if (fchdir(root_fd) != 0 || chroot(".") != 0)
-        die("cannot enter the sandbox root of", holder);
+        die("cannot enter the sandbox root of", t->holder);
     close(root_fd);
     if (setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0)
-        die("cannot become the sandbox's root in", holder);
+        die("cannot become the sandbox's root in", t->holder);
     keep_only_container_caps();
-    if (as_uid != 0 || as_gid != 0) {
-        gid_t group = (gid_t)as_gid;
+    if (t->as_uid != 0 || t->as_gid != 0) {
+        gid_t group = (gid_t)t->as_gid;
         if (setgroups(1, &group) != 0 || setresgid(group, group, group) != 0 ||
-            setresuid((uid_t)as_uid, (uid_t)as_uid, (uid_t)as_uid) != 0)
-            die("cannot become the image's user in", holder);
+            setresuid((uid_t)t->as_uid, (uid_t)t->as_uid, (uid_t)t->as_uid) != 0)
+            die("cannot become the image's user in", t->holder);
     }
-    if (chdir(cwd) != 0)
-        die("cannot change to", cwd);
+    if (chdir(t->cwd) != 0)
+        die("cannot change to", t->cwd);
     lock_down();
+}
 
+/* In a forked child: become ARGV, searched on the PATH of ENV; never returns. */
+static void exec_command(char **command, char **command_env) {
+    extern char **environ;
+    environ = command_env; /* execvp searches the command's PATH */
+    execvp(command[0], command);
+    int code = (errno == ENOENT || errno == ENOTDIR) ? 127 : 126;
+    fprintf(stderr, "%s: %s\n", command[0],
+            code == 127 ? "command not found" : strerror(errno));
+    _exit(code);
+}
+
+/* One command: fork it into the sandbox's pid namespace, wait, exit as it did. */
+static int run_one(const struct target *t, char **command) {
     pid_t child = fork();
     if (child < 0)
-        die("cannot fork in", holder);
+        die("cannot fork in", t->holder);
     char **command_env = command_environment();
-    if (child == 0) {
-        extern char **environ;
-        environ = command_env; /* execvp searches the command's PATH */
-        execvp(command[0], command);
-        int code = (errno == ENOENT || errno == ENOTDIR) ? 127 : 126;
-        fprintf(stderr, "%s: %s\n", command[0],
-                code == 127 ? "command not found" : strerror(errno));
-        _exit(code);
-    }
+    if (child == 0)
+        exec_command(command, command_env);
     /* Signals meant for the command reach it through the process group; ignore the ones
      * a terminal would send so this waiter outlives its child and reports its status. */
     signal(SIGINT, SIG_IGN);
@@ -557,7 +562,7 @@ int main(int argc, char **argv) {
     int status;
     while (waitpid(child, &status, 0) < 0)
         if (errno != EINTR)
-            die("cannot wait for the command in", holder);
+            die("cannot wait for the command in", t->holder);
     if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
         signal(sig, SIG_DFL);
@@ -569,4 +574,289 @@ int main(int argc, char **argv) {
         return 128 + sig; /* a signal that does not terminate (SIGCHLD-like): exit as sh does */
     }
     return WEXITSTATUS(status);
+}
+
+/* ---- the spawner (--serve) ------------------------------------------------------- */
+
+/* The wire format (host byte order; the agent is on the same machine). */
+enum { OP_SPAWN = 1, OP_KILL = 2 };
+enum { REPLY_STARTED = 1, REPLY_EXITED = 2, REPLY_FAILED = 3 };
+#define SPAWN_WITH_STDIN 1u
+#define MAX_REQUEST (256 * 1024)
+#define MAX_STRINGS 65536
+
+struct request {
+    uint32_t op, id;  /* id: the agent's name for the command */
+    uint32_t flags;   /* OP_SPAWN: SPAWN_WITH_STDIN; OP_KILL: the signal */
+    uint32_t argc, envc;
+    uint32_t reserved;
+    /* OP_SPAWN: CWD\0 ARGV[0]\0 .. ARGV[argc-1]\0 ENV[0]\0 .. ENV[envc-1]\0 */
+};
+
+struct reply {
+    uint32_t kind, id;
+    int32_t pid, status;  /* REPLY_EXITED: the wait status; REPLY_FAILED: an errno */
+    int64_t user_us, system_us, max_rss_kb;
+};
+
+struct child {
+    pid_t pid;
+    uint32_t id;
+};
+
+static struct child *children;
+static size_t n_children, cap_children;
+static int serve_fd;
+static sigset_t serve_mask; /* SIGCHLD, blocked here and read from a signalfd */
+
+static void send_reply(uint32_t kind, uint32_t id, pid_t pid, int status,
+                       const struct rusage *ru) {
+    struct reply r = {kind, id, pid, status, 0, 0, 0};
+    if (ru != NULL) {
+        r.user_us = (int64_t)ru->ru_utime.tv_sec * 1000000 + ru->ru_utime.tv_usec;
+        r.system_us = (int64_t)ru->ru_stime.tv_sec * 1000000 + ru->ru_stime.tv_usec;
+        r.max_rss_kb = ru->ru_maxrss;
+    }
+    while (send(serve_fd, &r, sizeof(r), MSG_NOSIGNAL) < 0)
+        if (errno != EINTR)
+            _exit(0); /* the agent is gone */
+}
+
+static void track(pid_t pid, uint32_t id) {
+    if (n_children == cap_children) {
+        size_t cap = cap_children ? cap_children * 2 : 16;
+        struct child *grown = realloc(children, cap * sizeof(*children));
+        if (grown == NULL) {
+            kill(-pid, SIGKILL); /* cannot report it: do not leave it running */
+            send_reply(REPLY_FAILED, id, 0, ENOMEM, NULL);
+            return;
+        }
+        children = grown;
+        cap_children = cap;
+    }
+    children[n_children++] = (struct child){pid, id};
+}
+
+static void reap_children(void) {
+    for (;;) {
+        int status;
+        struct rusage ru;
+        pid_t pid = wait4(-1, &status, WNOHANG, &ru);
+        if (pid <= 0)
+            return;
+        for (size_t i = 0; i < n_children; i++) {
+            if (children[i].pid == pid) {
+                send_reply(REPLY_EXITED, children[i].id, pid, status, &ru);
+                children[i] = children[--n_children];
+                break;
+            }
+        }
+    }
+}
+
+/* The request's strings as pointers into buf; NULL when they are malformed. */
+static char **split_strings(char *buf, size_t len, uint32_t count) {
+    if (count > MAX_STRINGS)
+        return NULL;
+    char **out = calloc((size_t)count + 1, sizeof(char *));
+    if (out == NULL)
+        return NULL;
+    size_t at = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        char *end = memchr(buf + at, '\0', len - at);
+        if (end == NULL) {
+            free(out);
+            return NULL;
+        }
+        out[i] = buf + at;
+        at = (size_t)(end - buf) + 1;
+    }
+    return out;
+}
+
+/* In the forked child: the request's fds as 0, 1, 2, its own session, then ARGV. */
+static void start_child(const int *fds, int n_fds, const char *cwd, char **command,
+                        char **env) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    int in = n_fds == 3 ? fds[2] : open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (in < 0 || dup2(in, 0) < 0 || dup2(fds[0], 1) < 0 || dup2(fds[1], 2) < 0)
+        _exit(125);
+    setsid();
+    if (chdir(cwd) != 0) {
+        fprintf(stderr, "orchard: cannot change to %s: %s\n", cwd, strerror(errno));
+        _exit(125);
+    }
+    exec_command(command, env);
+}
+
+static void spawn_request(const struct request *req, char *strings, size_t len,
+                          const int *fds, int n_fds) {
+    uint32_t want = (req->flags & SPAWN_WITH_STDIN) ? 3 : 2;
+    char **all = NULL;
+    if (req->argc == 0 || (uint32_t)n_fds != want || req->argc > MAX_STRINGS ||
+        req->envc > MAX_STRINGS ||
+        (all = split_strings(strings, len, 1 + req->argc + req->envc)) == NULL) {
+        send_reply(REPLY_FAILED, req->id, 0, EINVAL, NULL);
+        return;
+    }
+    /* all: CWD, ARGV, ENV, NULL; ARGV needs a NULL of its own */
+    char **command = all + 1, **env = all + 1 + req->argc;
+    char **argv_copy = calloc((size_t)req->argc + 1, sizeof(char *));
+    if (argv_copy == NULL) {
+        free(all);
+        send_reply(REPLY_FAILED, req->id, 0, ENOMEM, NULL);
+        return;
+    }
+    memcpy(argv_copy, command, req->argc * sizeof(char *));
+    pid_t pid = fork();
+    if (pid == 0)
+        start_child(fds, n_fds, all[0], argv_copy, env);
+    int saved = errno;
+    free(argv_copy);
+    free(all);
+    if (pid < 0) {
+        send_reply(REPLY_FAILED, req->id, 0, saved, NULL);
+        return;
+    }
+    send_reply(REPLY_STARTED, req->id, pid, 0, NULL);
+    track(pid, req->id);
+}
+
+static void kill_request(const struct request *req) {
+    for (size_t i = 0; i < n_children; i++)
+        if (children[i].id == req->id)
+            kill(-children[i].pid, (int)req->flags);
+}
+
+/* One message: false once the agent's end is closed. */
+static int serve_one(char *buf) {
+    int fds[3] = {-1, -1, -1}, n_fds = 0;
+    union {
+        char bytes[CMSG_SPACE(sizeof(int) * 3)];
+        struct cmsghdr align;
+    } control;
+    struct iovec iov = {buf, MAX_REQUEST};
+    struct msghdr msg = {0};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.bytes;
+    msg.msg_controllen = sizeof(control.bytes);
+    ssize_t got = recvmsg(serve_fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (got < 0)
+        return errno == EINTR || errno == EAGAIN;
+    if (got == 0)
+        return 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        int n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        for (int i = 0; i < n; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (n_fds < 3)
+                fds[n_fds++] = fd;
+            else
+                close(fd);
+        }
+    }
+    struct request req;
+    if ((size_t)got < sizeof(req) || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+        if ((size_t)got >= 2 * sizeof(uint32_t)) {
+            memcpy(&req, buf, 2 * sizeof(uint32_t));
+            send_reply(REPLY_FAILED, req.id, 0, E2BIG, NULL);
+        }
+    } else {
+        memcpy(&req, buf, sizeof(req));
+        if (req.op == OP_SPAWN)
+            spawn_request(&req, buf + sizeof(req), (size_t)got - sizeof(req), fds, n_fds);
+        else if (req.op == OP_KILL)
+            kill_request(&req);
+        else
+            send_reply(REPLY_FAILED, req.id, 0, EINVAL, NULL);
+    }
+    for (int i = 0; i < n_fds; i++)
+        close(fds[i]);
+    return 1;
+}
+
+static int serve(int fd) {
+    serve_fd = fd;
+    if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0)
+        die("cannot use the agent's socket", "fd");
+    sigemptyset(&serve_mask);
+    sigaddset(&serve_mask, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &serve_mask, NULL);
+    int sfd = signalfd(-1, &serve_mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sfd < 0)
+        die("cannot watch", "SIGCHLD");
+    static char buf[MAX_REQUEST];
+    struct pollfd watch[2] = {{fd, POLLIN, 0}, {sfd, POLLIN, 0}};
+    for (;;) {
+        if (poll(watch, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            die("cannot wait for", "requests");
+        }
+        if (watch[1].revents) {
+            struct signalfd_siginfo info;
+            while (read(sfd, &info, sizeof(info)) > 0)
+                ;
+            reap_children();
+        }
+        if (watch[0].revents && !serve_one(buf))
+            return 0;
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--seccomp-bpf") == 0)
+        return print_filter();
+    if (argc > 1 && strcmp(argv[1], "--stage") == 0)
+        return stage(argc, argv);
+    struct target t = {0};
+    if (argc > 2 && strcmp(argv[1], "--user") == 0) {
+        char *end;
+        t.as_uid = strtol(argv[2], &end, 10);
+        if (*end != ':' || t.as_uid < 0 || t.as_uid > 65535)
+            return fprintf(stderr, "orchard-enter: malformed --user %s\n", argv[2]), 125;
+        t.as_gid = strtol(end + 1, &end, 10);
+        if (*end != '\0' || t.as_gid < 0 || t.as_gid > 65535)
+            return fprintf(stderr, "orchard-enter: malformed --user %s\n", argv[2]), 125;
+        argc -= 2;
+        argv += 2;
+    }
+    if (argc < 6) {
+        fprintf(stderr, "usage: orchard-enter [--user UID:GID] HOLDER_PID CWD N "
+                        "CGROUP_PROCS... (-- ARGV... | --serve FD)\n");
+        return 125;
+    }
+    t.holder = argv[1];
+    t.cwd = argv[2];
+    t.n_cgroups = atoi(argv[3]);
+    t.cgroups = argv + 4;
+    int serving = 0, serve_on = -1;
+    if (t.n_cgroups >= 0 && 4 + t.n_cgroups + 1 < argc &&
+        strcmp(argv[4 + t.n_cgroups], "--serve") == 0 && 6 + t.n_cgroups == argc) {
+        serving = 1;
+        serve_on = atoi(argv[5 + t.n_cgroups]);
+    }
+    if (!serving && (t.n_cgroups < 0 || 4 + t.n_cgroups >= argc ||
+                     strcmp(argv[4 + t.n_cgroups], "--") != 0 || 5 + t.n_cgroups >= argc)) {
+        fprintf(stderr, "orchard-enter: malformed arguments\n");
+        return 125;
+    }
+    if (serving && serve_on < 3) {
+        fprintf(stderr, "orchard-enter: malformed --serve fd\n");
+        return 125;
+    }
+    pid_t agent = getppid();
+    enter_sandbox(&t);
+    if (!serving)
+        return run_one(&t, argv + 5 + t.n_cgroups);
+    /* Set after every credential change (they clear it); the agent may already be gone. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != agent)
+        return 0;
+    return serve(serve_on);
 }
