@@ -94,6 +94,11 @@ async def stream_body(response: AgentStream) -> AsyncIterator[bytes]:
         await response.aclose()
 
 
+# Streams (forwarded ports, files) pass the caller's headers through: none of aiohttp's
+# own. Set per stream, not on the session: a session-wide skip list is rebuilt per request.
+_PASSTHROUGH_SKIPPED = ("User-Agent", "Accept-Encoding")
+
+
 def _session(per_sandbox: int, uds: str | None) -> aiohttp.ClientSession:
     connector: aiohttp.BaseConnector
     if uds:
@@ -103,10 +108,10 @@ def _session(per_sandbox: int, uds: str | None) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(
         connector=connector,
         # Forwarded ports pass bytes and headers through untouched: no cookie memory
-        # shared between requests, no decompression, no headers the caller did not send.
+        # shared between requests, no decompression (and, per stream, no headers the
+        # caller did not send).
         cookie_jar=aiohttp.DummyCookieJar(),
         auto_decompress=False,
-        skip_auto_headers=("User-Agent", "Accept-Encoding"),
         max_line_size=_MAX_HEADER_BYTES,
         max_field_size=_MAX_HEADER_BYTES,
     )
@@ -196,6 +201,7 @@ class AgentClient:
     ) -> Any:
         """Send one request and return the decoded JSON answer, or raise ApiError."""
         headers = endpoint.headers()
+        headers["Accept-Encoding"] = "identity"  # set, not skipped: skipping costs per call
         if request_id:
             headers["X-Request-ID"] = request_id
         try:
@@ -244,6 +250,7 @@ class AgentClient:
                 json=json,
                 data=content,
                 headers=all_headers,
+                skip_auto_headers=_PASSTHROUGH_SKIPPED,
                 timeout=_timeout(timeout),
                 allow_redirects=False,
             )

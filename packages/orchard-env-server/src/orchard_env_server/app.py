@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -26,6 +27,15 @@ from .service import SandboxService
 from .settings import Settings
 
 log = logging.getLogger("orchard_env_server")
+
+# FastAPI >= 0.16x instruments every request for OpenTelemetry (a provider lookup per
+# request, ~3% of the orchestrator's loop under load); the service exports Prometheus
+# metrics instead, so it is turned off where the option exists.
+_NO_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (400, 401, 404, 408, 409, 413, 422, 429, 503)
@@ -57,6 +67,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         description="Self-hostable sandbox service for agent training and evaluation.",
         lifespan=lifespan,
         responses=_ERRORS,
+        **_NO_TELEMETRY,
     )
     app.state.settings = settings
     app.state.backend = backend
