@@ -1,5 +1,5 @@
 """The per-sandbox command spawner (``orchard-enter --serve``) with a real bubblewrap holder:
-one spawner serves every command; a dead spawner fails its commands clearly and is
+started at registration, one spawner serves every command; a dead spawner fails its commands clearly and is
 replaced; oversized requests fall back; it goes with its sandbox and with the agent."""
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def boxed(multi: Agent, tmp_path: Path) -> Iterator[Agent]:
 
 
 def test_one_spawner_runs_every_command_of_a_sandbox(boxed: Agent) -> None:
-    assert spawners_of(boxed.proc.pid) == []  # started by the first command, not before
+    # started when the sandbox is registered, so the first command finds it ready
+    assert wait_until(lambda: len(spawners_of(boxed.proc.pid)) == 1)
     first = boxed.exec("echo out; echo err >&2; exit 3")
     assert (first["stdout"], first["stderr"], first["exit_code"]) == ("out\n", "err\n", 3)
     assert first["usage"]["max_rss_bytes"] > 0

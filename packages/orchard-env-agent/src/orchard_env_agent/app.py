@@ -27,6 +27,7 @@ from .patch import apply_patch
 from .process import REAPER
 from .pty import run_pty
 from .runner import DEFAULT_TIMEOUT, cancel_job, start_job
+from .spawner import spawner_for
 from .validate import (
     EXEC_BODY,
     FILE_BODY,
@@ -282,7 +283,15 @@ class Agent:
             user=tuple(body["user"]) if "user" in body else None,
         )
         self.registry.add(ctx)
+        if ctx.holder_pid is not None:
+            # Its spawner starts once the answer is out: off the create's path, and ready
+            # (or on its way) by the first command.
+            asyncio.get_running_loop().call_soon(self._start_spawner, ctx)
         return JSONResponse({"sandbox_id": ctx.sandbox_id, "status": "registered"}, 201)
+
+    def _start_spawner(self, ctx: SandboxContext) -> None:
+        if self.registry.get(ctx.sandbox_id) is ctx:
+            spawner_for(ctx)
 
     async def admin_delete(self, request: Request) -> Response:
         self.admin(request)

@@ -1,6 +1,6 @@
 """A local sandbox's command spawner: one ``orchard-enter --serve`` process inside it.
 
-Started on the sandbox's first command, the spawner forks every command from inside the
+Started when the sandbox is registered, the spawner forks every command from inside the
 sandbox (see orchard_enter.c): the agent neither forks itself nor has the helper enter
 the namespaces again per command. The agent talks to it over a SOCK_SEQPACKET socket
 pair, one message per request with the command's pipes passed as fds, and reads the
@@ -235,8 +235,8 @@ class Spawner:
 
 
 def spawner_for(ctx: SandboxContext) -> Spawner | None:
-    """The sandbox's running spawner, started if it has none; None when none can run (no
-    helper, or it could not be started): the caller falls back to one-shot starts."""
+    """The sandbox's running spawner, started if it has none or it died; None when none
+    can run (no helper, or it could not start): the caller falls back to one-shot starts."""
     current = ctx.spawner
     if current is not None and current.alive:
         return current
