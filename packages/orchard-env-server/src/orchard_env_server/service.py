@@ -37,6 +37,7 @@ from .schemas import CreateSandboxRequest
 from .settings import Settings
 
 log = logging.getLogger("orchard_env_server")
+_REAPS_AT_ONCE = 8  # removals of deleted sandboxes run at once (the rest queue)
 
 
 class SandboxService:
@@ -54,6 +55,9 @@ class SandboxService:
         self._tasks: set[asyncio.Task[None]] = set()
         # Deleted sandboxes whose removal goes on after the client had its answer.
         self._reaping: dict[str, asyncio.Task[None]] = {}
+        # A few removals at a time: a burst of deletes is answered first, not interleaved
+        # with a thousand removals competing for the same loop.
+        self._reap_slots = asyncio.Semaphore(_REAPS_AT_ONCE)
         self._checking: set[str] = set()
         self._last_health_check = 0.0
         self.jobs = JobLedger()
@@ -333,7 +337,8 @@ class SandboxService:
 
     async def _reap_deleted(self, record: SandboxRecord) -> None:
         try:
-            await self._remove(record)
+            async with self._reap_slots:
+                await self._remove(record)
         except Exception:  # the backend's next start finishes it (a tombstone says so)
             log.exception("removing deleted sandbox %s failed", record.sandbox_id)
 
