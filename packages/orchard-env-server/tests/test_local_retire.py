@@ -98,3 +98,25 @@ async def test_a_busy_server_past_fd_setsize_still_makes_sandboxes(tmp_path):
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_a_restart_kills_the_holder_of_a_sandbox_whose_record_was_never_written(tmp_path):
+    """A server killed between starting a holder and saving the record leaves a directory
+    without a record: the restart finds the holder by its hostname and kills it."""
+    state = tmp_path / "state"
+    backend, _ = await _started(state)
+    record = _record("sbx-half-made")
+    await backend.create(record)
+    holder = record.backend_state["holder_pid"]
+    home = state / "sandboxes" / record.sandbox_id
+    (home / "record.json").unlink()  # as if the server died just before saving it
+    await backend.close(delete_sandboxes=False)
+    assert start_time(holder) is not None
+
+    again, found = await _started(state)
+    try:
+        assert found == []
+        assert await _wait_gone(holder), "the unrecorded sandbox's holder was left running"
+        assert not home.exists()
+    finally:
+        await again.close(delete_sandboxes=True)

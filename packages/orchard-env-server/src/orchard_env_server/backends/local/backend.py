@@ -54,7 +54,7 @@ from .host_view import (
 )
 from .image_roots import ImageRoots
 from .images import ImageSource, LocalImages, run_as
-from .processes import is_alive, kill, kill_and_wait, start_time
+from .processes import holders_named, is_alive, kill, kill_and_wait, start_time
 from .uid_ranges import NoFreeRange, UidRanges
 
 log = logging.getLogger("orchard_env_server")
@@ -260,6 +260,8 @@ class LocalBackend:
         """A sandbox of an earlier run that is not adopted: its processes and directory go,
         its uid range is released (``start`` sweeps cgroups of sandboxes not adopted)."""
         await self._kill_holder(record)
+        if record is None:  # half made: its holder may have started before the save
+            await asyncio.to_thread(_kill_unrecorded_holder, home.name)
         await self._remove_home(home)
         if record is not None:
             self._release_uids(record)
@@ -285,7 +287,8 @@ class LocalBackend:
         if delete_sandboxes:
             for path in list(self._sandboxes.iterdir()):
                 record = load_record(path)
-                if record is None:  # half made: its mounts may be there
+                if record is None:  # half made: its mounts, even its holder, may be there
+                    await asyncio.to_thread(_kill_unrecorded_holder, path.name)
                     await self._remove_home(path)
                 else:
                     await self.delete(record)
@@ -749,3 +752,9 @@ def _write_inside(root: Path, files: dict[str, str], owner: tuple[int, int] | No
                     os.close(fd)
     finally:
         os.close(anchor)
+
+
+def _kill_unrecorded_holder(sandbox_id: str) -> None:
+    """Kill the holder of a sandbox that has no record (its bwrap names it by hostname)."""
+    for pid in holders_named(sandbox_id[:63]):
+        kill_and_wait(pid, start_time(pid))

@@ -61,3 +61,25 @@ def kill_and_wait(pid: int, started: int | None, timeout: float = 5.0) -> None:
         if time.monotonic() >= deadline:
             return
         time.sleep(0.005)
+
+
+def holders_named(hostname: str) -> list[int]:
+    """The bubblewrap processes (a holder and its monitor) started with ``--hostname
+    HOSTNAME``: how the holder of a sandbox whose record was never written (its server
+    killed mid-create) is found again."""
+    wanted = os.fsencode(hostname)
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if os.path.basename(argv[0]) != b"bwrap" or b"--hostname" not in argv:
+            continue
+        at = argv.index(b"--hostname")
+        if at + 1 < len(argv) and argv[at + 1] == wanted:
+            found.append(int(entry))
+    return found
