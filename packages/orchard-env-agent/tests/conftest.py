@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from agent_harness import Agent, start_agent, stop_agent
+from agent_harness import Agent, boxed_sandbox, start_agent, stop_agent
 
 
 @pytest.fixture(scope="module")
@@ -29,3 +29,10 @@ def multi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
     agent = start_agent(tmp_path_factory.mktemp("multi"), multi=True)
     yield agent
     stop_agent(agent)
+
+
+@pytest.fixture
+def boxed(multi: Agent, tmp_path: Path) -> Iterator[Agent]:
+    """A real bubblewrap holder registered with the module's multi-sandbox agent."""
+    with boxed_sandbox(multi, tmp_path) as agent:
+        yield agent

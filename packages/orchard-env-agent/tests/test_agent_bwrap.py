@@ -5,11 +5,9 @@ from __future__ import annotations
 import base64
 import os
 import shutil
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from agent_harness import Agent, boxed_sandbox, free_port, http_server_inside
+from agent_harness import Agent, free_port, http_server_inside
 
 pytestmark = [
     pytest.mark.integration,
@@ -17,12 +15,6 @@ pytestmark = [
         not shutil.which("bwrap") or os.geteuid() != 0, reason="needs bwrap and root"
     ),
 ]
-
-
-@pytest.fixture
-def boxed(multi: Agent, tmp_path: Path) -> Iterator[Agent]:
-    with boxed_sandbox(multi, tmp_path) as agent:
-        yield agent
 
 
 def test_bwrap_exec_files_ports(boxed: Agent) -> None:

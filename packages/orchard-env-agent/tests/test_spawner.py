@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,12 +44,6 @@ def wait_until(predicate: object, seconds: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return False
-
-
-@pytest.fixture
-def boxed(multi: Agent, tmp_path: Path) -> Iterator[Agent]:
-    with boxed_sandbox(multi, tmp_path) as agent:
-        yield agent
 
 
 def test_one_spawner_runs_every_command_of_a_sandbox(boxed: Agent) -> None:

@@ -299,9 +299,7 @@ class Agent:
         ctx = self.registry.remove(sid)
         if ctx is None:
             raise ApiError(404, "sandbox_not_found", f"no sandbox {sid!r} here")
-        ctx.jobs.kill_all()
-        if ctx.spawner is not None:
-            ctx.spawner.close()
+        ctx.stop_commands()
         await ctx.bridges.close()
         return JSONResponse({"status": "deleted", "sandbox_id": sid})
 
@@ -369,9 +367,7 @@ def create_app(settings: Settings) -> Starlette:
         netns.remember_own_netns()
         yield
         for ctx in agent.registry.sandboxes.values():
-            ctx.jobs.kill_all()
-            if ctx.spawner is not None:
-                ctx.spawner.close()
+            ctx.stop_commands()
 
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
     routes = [

@@ -39,7 +39,7 @@ class SandboxContext:
     # User. None is the sandbox's root.
     user: tuple[int, int] | None = None
     jobs: JobStore = field(init=False)
-    # The command spawner inside an isolated local sandbox, once its first command ran.
+    # The command spawner inside an isolated local sandbox (started at registration).
     spawner: Spawner | None = field(default=None, init=False)
     _bridges: Bridges | None = field(default=None, init=False)
     _has_bash: bool | None = field(default=None, init=False)
@@ -57,6 +57,12 @@ class SandboxContext:
 
             self._bridges = Bridges(self.holder_pid)
         return self._bridges
+
+    def stop_commands(self) -> None:
+        """Kill the sandbox's running jobs and close its spawner (it is going away)."""
+        self.jobs.kill_all()
+        if self.spawner is not None:
+            self.spawner.close()
 
     def mount_for(self, sandbox_path: str) -> Mount | None:
         best: Mount | None = None

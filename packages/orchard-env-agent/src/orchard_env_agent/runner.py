@@ -83,8 +83,6 @@ def _through_spawner(
 ) -> Running | None:
     """The command started by the sandbox's spawner (an isolated local sandbox's); None
     when it has none or cannot take this one (the caller starts it the one-shot way)."""
-    if ctx.holder_pid is None:
-        return None
     spawner = spawner_for(ctx)
     if spawner is None:
         return None

@@ -46,7 +46,6 @@ class RemoteCommand:
     """A command a spawner started: its exit arrives as a reply."""
 
     def __init__(self, spawner: Spawner, ident: int, exited: asyncio.Future[ExitInfo]) -> None:
-        self.pid: int | None = None  # the host pid, once the spawner has forked it
         self.exited = exited
         self._spawner = spawner
         self._ident = ident
@@ -197,11 +196,9 @@ class Spawner:
         self, kind: int, ident: int, pid: int, status: int, user_us: int, sys_us: int, rss: int
     ) -> None:
         pending = self._pending.get(ident)
-        if pending is None:
+        if pending is None or kind == _STARTED:  # started: nothing to do until it ends
             return
-        if kind == _STARTED:
-            pending.command.pid = pid
-        elif kind == _EXITED:
+        if kind == _EXITED:
             del self._pending[ident]
             pending.settle(exit_info(status, user_us / 1e6, sys_us / 1e6, rss))
         elif kind == _FAILED:
@@ -240,8 +237,10 @@ def spawner_for(ctx: SandboxContext) -> Spawner | None:
     current = ctx.spawner
     if current is not None and current.alive:
         return current
+    if ctx.holder_pid is None:
+        return None
     helper = enter.helper()
-    if helper is None or ctx.holder_pid is None:
+    if helper is None:
         return None
     try:
         ctx.spawner = Spawner.start(helper, ctx)

@@ -607,7 +607,6 @@ struct child {
 static struct child *children;
 static size_t n_children, cap_children;
 static int serve_fd;
-static sigset_t serve_mask; /* SIGCHLD, blocked here and read from a signalfd */
 
 static void send_reply(uint32_t kind, uint32_t id, pid_t pid, int status,
                        const struct rusage *ru) {
@@ -785,10 +784,11 @@ static int serve(int fd) {
     serve_fd = fd;
     if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0)
         die("cannot use the agent's socket", "fd");
-    sigemptyset(&serve_mask);
-    sigaddset(&serve_mask, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &serve_mask, NULL);
-    int sfd = signalfd(-1, &serve_mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    sigset_t sigchld; /* blocked here and read from a signalfd */
+    sigemptyset(&sigchld);
+    sigaddset(&sigchld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &sigchld, NULL);
+    int sfd = signalfd(-1, &sigchld, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sfd < 0)
         die("cannot watch", "SIGCHLD");
     static char buf[MAX_REQUEST];
