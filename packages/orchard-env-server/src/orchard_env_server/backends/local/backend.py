@@ -288,8 +288,7 @@ class LocalBackend:
             for path in list(self._sandboxes.iterdir()):
                 record = load_record(path)
                 if record is None:  # half made: its mounts, even its holder, may be there
-                    await asyncio.to_thread(_kill_unrecorded_holder, path.name)
-                    await self._remove_home(path)
+                    await self._remove_leftover(None, path)
                 else:
                     await self.delete(record)
             await self._agent.stop()
