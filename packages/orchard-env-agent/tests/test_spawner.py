@@ -1,17 +1,24 @@
 """The per-sandbox command spawner (``orchard-enter --serve``) with a real bubblewrap holder:
 started at registration, one spawner serves every command; a dead spawner fails its commands clearly and is
-replaced; oversized requests fall back; it goes with its sandbox and with the agent."""
+replaced; oversized requests fall back; a kill is never lost (not to a child that has no
+session yet, nor to a full socket); it goes with its sandbox and with the agent."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-from agent_harness import Agent, boxed_sandbox, start_agent, stop_agent
+from agent_harness import Agent, boxed_sandbox, start_agent, start_holder, stop_agent
+
+from orchard_env_agent import enter
+from orchard_env_agent.spawner import RemoteCommand, Spawner
 
 pytestmark = [
     pytest.mark.integration,
@@ -115,3 +122,59 @@ def test_the_spawner_goes_with_the_agent(tmp_path: Path) -> None:
             stop_agent(own)
         else:
             own.client.close()
+
+
+@pytest.fixture
+async def own_spawner(tmp_path: Path) -> AsyncIterator[Spawner]:
+    """A spawner of this test's own (in this process) in a bubblewrap holder."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    holder, holder_pid = start_holder(ws)
+    helper = enter.helper()
+    assert helper is not None
+    ctx = SimpleNamespace(holder_pid=holder_pid, cgroup_procs=[], user=None)
+    try:
+        spawner = Spawner.start(helper, ctx)  # type: ignore[arg-type]
+        yield spawner
+        spawner.close()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def spawn(spawner: Spawner, *argv: str) -> RemoteCommand | None:
+    return spawner.spawn(argv, cwd="/", env={}, stdin=None, on_stdout=len, on_stderr=len)
+
+
+async def test_a_kill_sent_with_the_spawn_request_still_kills_the_command(
+    own_spawner: Spawner,
+) -> None:
+    # The kill can reach the spawner before the forked child has made its own session
+    # (a cancel right after the start): it must still end the command, every time.
+    for _ in range(40):
+        command = spawn(own_spawner, "sleep", "30")
+        assert command is not None
+        command.kill_group()
+        info = await asyncio.wait_for(command.exited, 10)
+        assert info.signal == signal.SIGKILL, info
+
+
+async def test_a_kill_that_finds_the_socket_full_is_sent_once_it_drains(
+    own_spawner: Spawner,
+) -> None:
+    sleeper = spawn(own_spawner, "sleep", "30")
+    assert sleeper is not None
+    await asyncio.sleep(0.2)  # started, so the spawner's pid is the only one to stop
+    os.kill(own_spawner.pid, signal.SIGSTOP)
+    try:
+        fillers = []
+        while (filler := spawn(own_spawner, "true")) is not None:
+            fillers.append(filler)
+        assert fillers  # the socket is full now: the kill has to wait
+        sleeper.kill_group()
+    finally:
+        os.kill(own_spawner.pid, signal.SIGCONT)
+    info = await asyncio.wait_for(sleeper.exited, 10)
+    assert info.signal == signal.SIGKILL, info
+    done = await asyncio.wait_for(asyncio.gather(*(f.exited for f in fillers)), 30)
+    assert {d.returncode for d in done} == {0}

@@ -13,6 +13,7 @@ not sent: the caller starts that command the one-shot way instead.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import errno
 import itertools
@@ -90,6 +91,8 @@ class Spawner:
         self._popen = popen
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
+        self._kills: collections.deque[bytes] = collections.deque()
+        self._kills_waiting = False
         self.alive = True
         sock.setblocking(False)
         self._loop.add_reader(sock.fileno(), self._on_readable)
@@ -122,6 +125,11 @@ class Spawner:
         assert popen.stderr is not None
         os.set_blocking(popen.stderr.fileno(), False)
         return cls(ours, popen)
+
+    @property
+    def pid(self) -> int:
+        """The spawner process's host pid."""
+        return self._popen.pid
 
     def spawn(
         self,
@@ -170,8 +178,28 @@ class Spawner:
 
     def kill(self, ident: int) -> None:
         if self.alive and ident in self._pending:
-            with contextlib.suppress(OSError):
-                self._sock.send(_REQUEST.pack(_OP_KILL, ident, signal.SIGKILL, 0, 0, 0))
+            self._kills.append(_REQUEST.pack(_OP_KILL, ident, signal.SIGKILL, 0, 0, 0))
+            self._send_kills()
+
+    def _send_kills(self) -> None:
+        """Send the queued kill requests; a full socket keeps the rest for when it drains
+        (a kill must not be dropped the way a spawn request may be)."""
+        while self.alive and self._kills:
+            try:
+                self._sock.send(self._kills[0])
+            except BlockingIOError:
+                if not self._kills_waiting:
+                    self._kills_waiting = True
+                    self._loop.add_writer(self._sock.fileno(), self._on_writable)
+                return
+            except OSError:
+                return  # the spawner is gone: its EOF fails the commands
+            self._kills.popleft()
+
+    def _on_writable(self) -> None:
+        self._loop.remove_writer(self._sock.fileno())
+        self._kills_waiting = False
+        self._send_kills()
 
     def close(self) -> None:
         """Close the socket: the spawner exits (commands it started go on until they end
@@ -218,6 +246,9 @@ class Spawner:
             return
         self.alive = False
         self._loop.remove_reader(self._sock.fileno())
+        if self._kills_waiting:
+            self._loop.remove_writer(self._sock.fileno())
+        self._kills.clear()
         self._sock.close()
         assert self._popen.stderr is not None
         self._popen.stderr.close()

@@ -724,9 +724,17 @@ static void spawn_request(const struct request *req, char *strings, size_t len,
 }
 
 static void kill_request(const struct request *req) {
-    for (size_t i = 0; i < n_children; i++)
-        if (children[i].id == req->id)
-            kill(-children[i].pid, (int)req->flags);
+    for (size_t i = 0; i < n_children; i++) {
+        if (children[i].id != req->id)
+            continue;
+        pid_t pid = children[i].pid;
+        /* A child forked a moment ago may not have called setsid() yet, so its group does
+         * not exist: signal the child itself. Not having executed anything, it has no
+         * descendants; if it calls setsid() meanwhile, the group signal below finds them. */
+        if (getsid(pid) != pid)
+            kill(pid, (int)req->flags);
+        kill(-pid, (int)req->flags);
+    }
 }
 
 /* One message: false once the agent's end is closed. */
