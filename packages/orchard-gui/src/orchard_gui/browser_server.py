@@ -66,7 +66,11 @@ _OPENS_NEW_WINDOW_JS = """([x, y]) => {
 }"""
 """Whether a left click at (x, y) follows a link into a new tab (target=_blank; a named
 target opens one only the first time, and the settle delay covers that)."""
-_TRANSIENT_SCREENSHOT_ERRORS = ("Timeout", "Unable to capture screenshot")
+_TRANSIENT_SCREENSHOT_ERRORS = (
+    "Timeout",
+    "Unable to capture screenshot",
+    "Not attached to an active page",
+)
 REQUEST_TIMEOUT_S = 120.0
 
 KINDS = {
@@ -490,8 +494,9 @@ class BrowserEnv:
     @staticmethod
     def _screenshot(page: Page) -> bytes:
         """A PNG of the viewport, retried after the page settles: under load a capture that
-        races a navigation's commit times out, or Chromium answers "Unable to capture
-        screenshot" while the new document has not painted yet."""
+        races a navigation's commit times out, Chromium answers "Unable to capture
+        screenshot" while the new document has not painted yet, or "Not attached to an
+        active page" while a navigation swaps the page's renderer."""
         for attempt in range(SCREENSHOT_ATTEMPTS):
             try:
                 return page.screenshot(type="png", timeout=SCREENSHOT_MS)
