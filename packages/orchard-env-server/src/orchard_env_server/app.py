@@ -97,7 +97,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
 
     @app.get("/resources", tags=["service"])
     async def resources(request: Request) -> JSONResponse:
-        await require_tenant(request)
+        require_tenant(request)
         data = (await backend.resources()).to_json()
         data["sandboxes_known"] = request.app.state.service.count()
         data["sandboxes_reaping"] = request.app.state.service.reaping()
@@ -106,7 +106,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
 
     @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)
     async def metrics_text(request: Request) -> Response:
-        await require_tenant(request)
+        require_tenant(request)
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
     for module in (sandboxes, exec_routes, files, ports):

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import hmac
 
-from fastapi import Request
+from starlette.requests import HTTPConnection
 
 from .errors import unauthorized
 
 DEFAULT_TENANT = "default"
 
 
-def presented_key(request: Request) -> str | None:
-    key = request.headers.get("x-api-key")
+def presented_key(request: HTTPConnection) -> str | None:
+    """The API key sent as ``X-API-Key`` or ``Authorization: Bearer``, if any (one pass
+    over the raw headers: this runs on every request)."""
+    key = bearer = None
+    for name, value in request.scope["headers"]:
+        if name == b"x-api-key" and key is None:
+            key = value
+        elif name == b"authorization" and bearer is None:
+            bearer = value
     if key:
-        return key
-    auth = request.headers.get("authorization", "")
-    scheme, _, value = auth.partition(" ")
-    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+        return key.decode("latin-1")
+    scheme, _, token = (bearer or b"").decode("latin-1").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
 def tenant_for(keys: dict[str, str], key: str | None) -> str:
@@ -35,8 +41,10 @@ def tenant_for(keys: dict[str, str], key: str | None) -> str:
     return tenant
 
 
-async def require_tenant(request: Request) -> str:
-    """FastAPI dependency: the caller's tenant."""
-    tenant = tenant_for(request.app.state.settings.api_keys, presented_key(request))
+def require_tenant(request: HTTPConnection) -> str:
+    """The caller's tenant (401 when keys are set and none valid is presented); kept in
+    ``request.state`` for the access log."""
+    keys = request.app.state.settings.api_keys
+    tenant = tenant_for(keys, presented_key(request)) if keys else DEFAULT_TENANT
     request.state.tenant = tenant
     return tenant

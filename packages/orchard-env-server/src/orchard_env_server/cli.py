@@ -310,6 +310,9 @@ def serve(args: argparse.Namespace) -> int:
         # non-idempotent exec sent on a closing connection would fail and cannot be retried).
         timeout_keep_alive=75,
         timeout_graceful_shutdown=10,
+        # Nothing reads the client's address or scheme: X-Forwarded-* rewriting is a layer
+        # every request would pass through for nothing.
+        proxy_headers=False,
     )
     return 0
 

@@ -10,24 +10,21 @@ from typing import Annotated, Any
 from urllib.parse import unquote_plus
 
 import websockets
-from fastapi import APIRouter, Depends, Query, WebSocket
+from fastapi import APIRouter, Query, WebSocket
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from orchard_env_agent.wsrelay import relay, requested_subprotocols
 
-from ..agent_client import AgentClient, AgentUnreachable, stream_body
+from ..agent_client import AgentUnreachable, stream_body
 from ..auth import presented_key, tenant_for
 from ..errors import ApiError, job_not_found
 from ..records import AgentEndpoint, SandboxRecord
 from ..schemas import ApplyPatchRequest, ExecRequest, Job, JobQueued, PatchResult
 from ..service import SandboxService
 from ..unix_sockets import pinned_socket
-from .deps import agents, request_id
-from .sandboxes import Service, Tenant
+from .deps import Call
 
 router = APIRouter(tags=["commands"])
-Agents = Annotated[AgentClient, Depends(agents)]
-RequestId = Annotated[str | None, Depends(request_id)]
 _GRACE_S = 30.0
 
 
@@ -40,27 +37,26 @@ def _lost_reason(why: str) -> str:
 
 
 @router.post("/sandboxes/{sandbox_id}/exec", response_model=Job | JobQueued)
-async def exec_command(
-    sandbox_id: str, body: ExecRequest, tenant: Tenant, svc: Service, ag: Agents, rid: RequestId
-) -> JSONResponse:
+async def exec_command(sandbox_id: str, body: ExecRequest, call: Call) -> JSONResponse:
     """Run a command; ``wait: true`` answers with the finished job.
 
     If the sandbox's agent dies before a waited job ends, the answer is that job, ``failed``
     with the reason (the orchestrator picked its id, so it can say which job was lost).
     """
+    svc, tenant = call.service, call.tenant
     record, endpoint = svc.ready_endpoint(tenant, sandbox_id)
     timeout = (body.timeout_seconds or 300) + _GRACE_S if body.wait else _GRACE_S
     async with svc.slot():
         job_id = svc.jobs.open(sandbox_id, tenant, body.command)
         try:
             with record.in_use():
-                job = await ag.request(
+                job = await call.agents.request(
                     endpoint,
                     "POST",
                     "/exec",
                     json=_exec_body(body, job_id),
                     timeout=timeout,
-                    request_id=rid,
+                    request_id=call.request_id,
                 )
         except AgentUnreachable as exc:
             svc.agent_gone(record)
@@ -84,17 +80,16 @@ async def exec_command(
         }
     },
 )
-async def exec_stream(
-    sandbox_id: str, body: ExecRequest, tenant: Tenant, svc: Service, ag: Agents
-) -> StreamingResponse:
+async def exec_stream(sandbox_id: str, body: ExecRequest, call: Call) -> StreamingResponse:
     """Stream NDJSON output events as they appear, ending with an ``exit`` event.
 
     A stream whose agent dies midway still ends with an ``exit`` event: the job, ``failed``.
     """
+    svc, tenant = call.service, call.tenant
     record, endpoint = svc.ready_endpoint(tenant, sandbox_id)
     job_id = svc.jobs.open(sandbox_id, tenant, body.command)
     try:
-        response = await ag.open_stream(
+        response = await call.agents.open_stream(
             endpoint, "POST", "/exec/stream", json=_exec_body(body, job_id), timeout=None
         )
     except ApiError:
@@ -142,16 +137,9 @@ def _job_sandbox(
     return record, record.agent
 
 
-async def _job_call(
-    svc: SandboxService,
-    ag: AgentClient,
-    tenant: str,
-    method: str,
-    suffix: str,
-    job_id: str,
-    **kwargs: Any,
-) -> Any:
+async def _job_call(call: Call, method: str, suffix: str, job_id: str, **kwargs: Any) -> Any:
     """Ask the job's agent; answer for a job the agent lost (it died, or restarted)."""
+    svc, ag, tenant = call.service, call.agents, call.tenant
     record, endpoint = _job_sandbox(svc, tenant, job_id)
     if endpoint is None:
         return svc.jobs.declared_lost(job_id, tenant)
@@ -186,45 +174,35 @@ async def _job_call(
 
 
 @router.get("/jobs/{job_id}", response_model=Job)
-async def get_job(job_id: str, tenant: Tenant, svc: Service, ag: Agents) -> JSONResponse:
-    return JSONResponse(await _job_call(svc, ag, tenant, "GET", "", job_id))
+async def get_job(job_id: str, call: Call) -> JSONResponse:
+    return JSONResponse(await _job_call(call, "GET", "", job_id))
 
 
 @router.get("/jobs/{job_id}/wait", response_model=Job)
 async def wait_job(
     job_id: str,
-    tenant: Tenant,
-    svc: Service,
-    ag: Agents,
+    call: Call,
     timeout: Annotated[float, Query(gt=0, le=3600)] = 60.0,
 ) -> JSONResponse:
     """The job once finished, or as it is when ``timeout`` runs out (status ``running``)."""
     job = await _job_call(
-        svc,
-        ag,
-        tenant,
-        "GET",
-        "/wait",
-        job_id,
-        params={"timeout": timeout},
-        timeout=timeout + _GRACE_S,
+        call, "GET", "/wait", job_id, params={"timeout": timeout}, timeout=timeout + _GRACE_S
     )
     return JSONResponse(job)
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=Job)
-async def cancel_job(job_id: str, tenant: Tenant, svc: Service, ag: Agents) -> JSONResponse:
-    return JSONResponse(await _job_call(svc, ag, tenant, "POST", "/cancel", job_id))
+async def cancel_job(job_id: str, call: Call) -> JSONResponse:
+    return JSONResponse(await _job_call(call, "POST", "/cancel", job_id))
 
 
 @router.post("/sandboxes/{sandbox_id}/apply_patch", response_model=PatchResult)
-async def apply_patch(
-    sandbox_id: str, body: ApplyPatchRequest, tenant: Tenant, svc: Service, ag: Agents
-) -> JSONResponse:
+async def apply_patch(sandbox_id: str, body: ApplyPatchRequest, call: Call) -> JSONResponse:
     """``git apply``, then a 3-way apply, then ``patch --fuzz``, in the exec cwd."""
-    record, endpoint = svc.ready_endpoint(tenant, sandbox_id)
+    svc = call.service
+    record, endpoint = svc.ready_endpoint(call.tenant, sandbox_id)
     async with svc.slot(), record.lock:
-        result = await ag.request(
+        result = await call.agents.request(
             endpoint,
             "POST",
             "/apply_patch",
@@ -247,7 +225,7 @@ _QUERY_KEY = "api_key"
 def _websocket_key(websocket: WebSocket) -> str | None:
     """The API key as for HTTP, else ``?api_key=`` (where the public SDK's terminal client
     sends it; a browser's WebSocket cannot set headers either)."""
-    return presented_key(websocket) or websocket.query_params.get(_QUERY_KEY)  # type: ignore[arg-type]
+    return presented_key(websocket) or websocket.query_params.get(_QUERY_KEY)
 
 
 def _query_without_key(query: str) -> str:
@@ -264,7 +242,7 @@ async def proxy_websocket(
     ``query_key``: the key may also come as ``?api_key=``, which is then not passed on.
     """
     app = websocket.app
-    key = _websocket_key(websocket) if query_key else presented_key(websocket)  # type: ignore[arg-type]
+    key = _websocket_key(websocket) if query_key else presented_key(websocket)
     try:
         tenant = tenant_for(app.state.settings.api_keys, key)
         record, endpoint = app.state.service.ready_endpoint(tenant, sandbox_id)

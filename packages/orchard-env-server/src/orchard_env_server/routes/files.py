@@ -13,45 +13,45 @@ from orchard_env_agent.files import UPLOAD_CAP_HEADER
 from ..agent_client import forwardable_headers, stream_body
 from ..errors import too_large
 from ..schemas import FileContent, FileList, WriteFileRequest, WriteFileResult
-from .exec import Agents
-from .sandboxes import Service, Tenant
+from .deps import Call
 
 router = APIRouter(tags=["files"])
 PathParam = Annotated[str, Query(min_length=1, max_length=4096)]
 
 
 @router.post("/sandboxes/{sandbox_id}/files", response_model=WriteFileResult)
-async def write_file(
-    sandbox_id: str, body: WriteFileRequest, tenant: Tenant, svc: Service, ag: Agents
-) -> JSONResponse:
+async def write_file(sandbox_id: str, body: WriteFileRequest, call: Call) -> JSONResponse:
     """Write base64 ``content`` to ``path`` atomically; parent directories are created."""
-    _, endpoint = svc.ready_endpoint(tenant, sandbox_id)
+    svc = call.service
+    _, endpoint = svc.ready_endpoint(call.tenant, sandbox_id)
     if len(body.content) * 3 // 4 > svc.settings.max_json_file_bytes:
         raise too_large(
             f"base64 uploads are capped at {svc.settings.max_json_file_bytes} bytes; "
             "use PUT /sandboxes/{id}/fs for large files"
         )
     async with svc.slot():
-        result = await ag.request(endpoint, "POST", "/files", json=body.model_dump(), timeout=300)
+        result = await call.agents.request(
+            endpoint, "POST", "/files", json=body.model_dump(), timeout=300
+        )
     return JSONResponse(result)
 
 
 @router.get("/sandboxes/{sandbox_id}/files", response_model=FileContent)
-async def read_file(
-    sandbox_id: str, path: PathParam, tenant: Tenant, svc: Service, ag: Agents
-) -> JSONResponse:
-    _, endpoint = svc.ready_endpoint(tenant, sandbox_id)
+async def read_file(sandbox_id: str, path: PathParam, call: Call) -> JSONResponse:
+    svc = call.service
+    _, endpoint = svc.ready_endpoint(call.tenant, sandbox_id)
     async with svc.slot():
-        result = await ag.request(endpoint, "GET", "/files", params={"path": path}, timeout=300)
+        result = await call.agents.request(
+            endpoint, "GET", "/files", params={"path": path}, timeout=300
+        )
     return JSONResponse(result)
 
 
 @router.get("/sandboxes/{sandbox_id}/files/list", response_model=FileList)
-async def list_files(
-    sandbox_id: str, path: PathParam, tenant: Tenant, svc: Service, ag: Agents
-) -> JSONResponse:
-    _, endpoint = svc.ready_endpoint(tenant, sandbox_id)
-    return JSONResponse(await ag.request(endpoint, "GET", "/files/list", params={"path": path}))
+async def list_files(sandbox_id: str, path: PathParam, call: Call) -> JSONResponse:
+    _, endpoint = call.service.ready_endpoint(call.tenant, sandbox_id)
+    listing = await call.agents.request(endpoint, "GET", "/files/list", params={"path": path})
+    return JSONResponse(listing)
 
 
 _RAW_BODY: dict[str, Any] = {
@@ -67,13 +67,12 @@ async def put_raw(
     sandbox_id: str,
     path: PathParam,
     request: Request,
-    tenant: Tenant,
-    svc: Service,
-    ag: Agents,
+    call: Call,
     archive: Literal["tar"] | None = None,
 ) -> JSONResponse:
     """Stream the raw body to ``path`` (or unpack a tar into it with ``archive=tar``)."""
-    record, endpoint = svc.ready_endpoint(tenant, sandbox_id)
+    svc = call.service
+    record, endpoint = svc.ready_endpoint(call.tenant, sandbox_id)
     length = request.headers.get("content-length")
     if length and length.isdigit() and int(length) > svc.settings.max_upload_bytes:
         raise too_large(
@@ -86,7 +85,7 @@ async def put_raw(
     with record.in_use():
         async with svc.slot():
             body = _capped(request.stream(), cap)
-            response = await ag.open_stream(
+            response = await call.agents.open_stream(
                 endpoint, "PUT", "/fs", params=params, content=body, headers=headers, timeout=None
             )
             try:
@@ -124,15 +123,13 @@ _RAW_CONTENT: dict[int | str, dict[str, Any]] = {
 async def get_raw(
     sandbox_id: str,
     path: PathParam,
-    tenant: Tenant,
-    svc: Service,
-    ag: Agents,
+    call: Call,
     archive: Literal["tar"] | None = None,
 ) -> StreamingResponse:
     """Stream a file's raw bytes, or a tar of a directory with ``archive=tar``."""
-    record, endpoint = svc.ready_endpoint(tenant, sandbox_id)
+    record, endpoint = call.service.ready_endpoint(call.tenant, sandbox_id)
     params = {"path": path, **({"archive": archive} if archive else {})}
-    response = await ag.open_stream(endpoint, "GET", "/fs", params=params, timeout=None)
+    response = await call.agents.open_stream(endpoint, "GET", "/fs", params=params, timeout=None)
 
     async def body() -> AsyncIterator[bytes]:
         with record.in_use():

@@ -11,8 +11,8 @@ from orchard_env_agent.ports import quote_path
 
 from ..agent_client import forwardable_headers, stream_body
 from ..schemas import ErrorBody
-from .exec import Agents, proxy_websocket
-from .sandboxes import Service, Tenant
+from .deps import Call
+from .exec import proxy_websocket
 
 router = APIRouter(tags=["ports"])
 _STRIP = {"x-api-key", "authorization", "host", "content-length", "x-orchard-sandbox"}
@@ -30,15 +30,13 @@ async def forward_port(
     port: Annotated[int, Path(ge=1, le=65535)],
     path: str,
     request: Request,
-    tenant: Tenant,
-    svc: Service,
-    ag: Agents,
+    call: Call,
 ) -> StreamingResponse:
     """Method, headers (minus auth) and body pass through; the answer streams back."""
-    _, endpoint = svc.ready_endpoint(tenant, sandbox_id)
+    _, endpoint = call.service.ready_endpoint(call.tenant, sandbox_id)
     headers = {k: v for k, v in request.headers.items() if k.lower() not in _STRIP}
     target = f"/ports/{port}/{quote_path(path)}"  # path arrives decoded
-    response = await ag.open_stream(
+    response = await call.agents.open_stream(
         endpoint,
         request.method,
         target,
