@@ -138,6 +138,7 @@ async def own_spawner(tmp_path: Path) -> AsyncIterator[Spawner]:
         yield spawner
         spawner.close()
     finally:
+        os.kill(holder_pid, signal.SIGKILL)  # the namespace's pid 1: all inside go with it
         holder.kill()
         holder.wait()
 
