@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> None:
         log_level="warning",
         lifespan="on",
         timeout_keep_alive=75,
+        proxy_headers=False,  # nothing reads the caller's address: skip the rewriting layer
     )
     server = uvicorn.Server(config)
     if settings.port_file and not settings.uds:
