@@ -18,6 +18,7 @@ from .auth import require_tenant
 from .backends import Backend, make_backend
 from .backends.base import BackendUnavailable
 from .errors import error_response, install_error_handlers
+from .exec_fast_path import ExecFastPath
 from .metrics import REGISTRY
 from .middleware import RequestContextMiddleware
 from .routes import exec as exec_routes
@@ -77,6 +78,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         return error_response(503, "backend_unavailable", str(exc), {"Retry-After": "2"})
 
     app.add_exception_handler(BackendUnavailable, on_backend_unavailable)
+    if settings.exec_fast_path:
+        app.add_middleware(ExecFastPath)  # inside the request context: ids, logs, metrics
     app.add_middleware(RequestContextMiddleware)
 
     @app.get("/", tags=["service"])

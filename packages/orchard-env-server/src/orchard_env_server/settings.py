@@ -129,6 +129,9 @@ class Settings:
     # gone checks at once): at 1,000 sandboxes a check a second costs real CPU.
     health_check_interval_s: float = 5.0
     failed_retention_s: float = 300.0
+    # Ordinary execs served without FastAPI's general request path (exec_fast_path.py);
+    # off (ORCHARD_ENV_EXEC_FAST_PATH=0) sends every exec through the route itself.
+    exec_fast_path: bool = True
     keep_sandboxes_on_exit: bool | None = None  # None: the backend's default
     default_ttl_seconds: float | None = None
     # Warm pools (``pools.py``): image → sandboxes kept ready; a pool not drawn from for
@@ -198,6 +201,7 @@ def _items(raw: str) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+_OFF = ("0", "false", "no", "off")
 _FROM_ENVIRONMENT: dict[str, tuple[str, Callable[[str], object]]] = {
     "state_dir": ("ORCHARD_ENV_STATE_DIR", Path),
     "backend": ("ORCHARD_ENV_BACKEND", str),
@@ -206,6 +210,7 @@ _FROM_ENVIRONMENT: dict[str, tuple[str, Callable[[str], object]]] = {
     "bridge_max_request_bytes": ("ORCHARD_ENV_BRIDGE_MAX_REQUEST_BYTES", int),
     "warm_pools": ("ORCHARD_ENV_WARM_POOLS", lambda raw: parse_pools(_items(raw))),
     "warm_pool_idle_s": ("ORCHARD_ENV_WARM_POOL_IDLE", float),
+    "exec_fast_path": ("ORCHARD_ENV_EXEC_FAST_PATH", lambda raw: raw.lower() not in _OFF),
     "local.rootfs_dirs": (
         "ORCHARD_ENV_LOCAL_ROOTFS_DIRS",
         lambda raw: [Path(p) for p in _items(raw)],

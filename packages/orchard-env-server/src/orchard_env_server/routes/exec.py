@@ -22,7 +22,7 @@ from ..records import AgentEndpoint, SandboxRecord
 from ..schemas import ApplyPatchRequest, ExecRequest, Job, JobQueued, PatchResult
 from ..service import SandboxService
 from ..unix_sockets import pinned_socket
-from .deps import Call
+from .deps import Call, Caller
 
 router = APIRouter(tags=["commands"])
 _GRACE_S = 30.0
@@ -43,6 +43,12 @@ async def exec_command(sandbox_id: str, body: ExecRequest, call: Call) -> JSONRe
     If the sandbox's agent dies before a waited job ends, the answer is that job, ``failed``
     with the reason (the orchestrator picked its id, so it can say which job was lost).
     """
+    return JSONResponse(await run_exec(call, sandbox_id, body))
+
+
+async def run_exec(call: Caller, sandbox_id: str, body: ExecRequest) -> Any:
+    """The exec route's work, shared with its fast path (``exec_fast_path.py``): the job
+    as the agent answered it, or as the ledger answers for a waited job whose agent died."""
     svc, tenant = call.service, call.tenant
     record, endpoint = svc.ready_endpoint(tenant, sandbox_id)
     timeout = (body.timeout_seconds or 300) + _GRACE_S if body.wait else _GRACE_S
@@ -63,11 +69,11 @@ async def exec_command(sandbox_id: str, body: ExecRequest, call: Call) -> JSONRe
             lost = svc.jobs.lost(job_id, _lost_reason(exc.detail), tenant)
             if not body.wait or lost is None:
                 raise
-            return JSONResponse(lost)
+            return lost
         except ApiError:
             svc.jobs.discard(job_id)
             raise
-    return JSONResponse(svc.jobs.observe(job))
+    return svc.jobs.observe(job)
 
 
 @router.post(
