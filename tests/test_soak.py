@@ -543,6 +543,11 @@ async def drive(state: Soak) -> None:
                 await client.get_sandbox(sandbox_id)
                 state.errors.append(f"reaper: {sandbox_id} still answers after its ttl/idle")
         state.metrics = httpx.get(f"{state.server.url}/metrics", timeout=30).text
+        # The client's keep-alive connections are its own pool, sized by how many requests
+        # it had in flight at once, not the server's: close them, so that the last sample
+        # counts what the server holds by itself. (With slow creates, as on a busy
+        # Kubernetes node, the warm-up ends before the client has opened its full pool.)
+        await client.close()
         await asyncio.sleep(2)  # let closed connections settle
     finally:
         stop_watching.set()
