@@ -19,9 +19,8 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .auth import require_tenant
 from .errors import ApiError
-from .routes.deps import Caller
+from .routes.deps import Caller, caller_of
 from .routes.exec import run_exec
 from .schemas import ExecRequest
 
@@ -51,15 +50,12 @@ class ExecFastPath:
         if disconnected:
             return  # the client is gone before its request arrived: nothing was started
         request = Request(scope, receive)
-        exec_request = _accepted(request, body)
-        if exec_request is None:
+        accepted = _accepted(request, body)
+        if accepted is None:
             await self.app(scope, _replaying(body, receive), send)
             return
+        call, exec_request = accepted
         scope["route"] = _ExecRoute
-        state = request.app.state
-        call = Caller(
-            request.state.tenant, state.service, state.agents, scope["state"].get("request_id")
-        )
         try:
             response = JSONResponse(await run_exec(call, sandbox_id, exec_request))
         except Exception as exc:
@@ -98,11 +94,10 @@ async def _read_body(receive: Receive) -> tuple[bytes, bool]:
             return b"".join(chunks), False
 
 
-def _accepted(request: Request, body: bytes) -> ExecRequest | None:
-    """The body as the route would validate it, from a caller the route would serve."""
+def _accepted(request: Request, body: bytes) -> tuple[Caller, ExecRequest] | None:
+    """The caller and the body as the route would take them; None if it would refuse."""
     try:
-        require_tenant(request)
-        return ExecRequest.model_validate(json.loads(body))
+        return caller_of(request), ExecRequest.model_validate(json.loads(body))
     except (ApiError, ValueError, ValidationError):  # JSON and decoding errors are ValueErrors
         return None
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from starlette.requests import HTTPConnection
 
 from ..agent_client import AgentClient
 from ..auth import require_tenant
@@ -27,12 +28,17 @@ class Caller:
     request_id: str | None
 
 
-async def caller(request: Request) -> Caller:
-    """FastAPI dependency: the caller (401 without a valid API key when keys are set)."""
+def caller_of(request: HTTPConnection) -> Caller:
+    """The request's caller; ApiError 401 without a valid API key when keys are set."""
     tenant = require_tenant(request)
     state = request.app.state
     rid: str | None = request.scope.get("state", {}).get("request_id")
     return Caller(tenant, state.service, state.agents, rid)
+
+
+async def caller(request: Request) -> Caller:
+    """FastAPI dependency: ``caller_of`` the request."""
+    return caller_of(request)
 
 
 Call = Annotated[Caller, Depends(caller)]
