@@ -92,7 +92,6 @@ class Spawner:
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._kills: collections.deque[bytes] = collections.deque()
-        self._kills_waiting = False
         self.alive = True
         sock.setblocking(False)
         self._loop.add_reader(sock.fileno(), self._on_readable)
@@ -178,28 +177,26 @@ class Spawner:
 
     def kill(self, ident: int) -> None:
         if self.alive and ident in self._pending:
+            queued = bool(self._kills)  # then the socket is full and a writer waits for it
             self._kills.append(_REQUEST.pack(_OP_KILL, ident, signal.SIGKILL, 0, 0, 0))
-            self._send_kills()
+            if not queued:
+                self._send_kills()
 
     def _send_kills(self) -> None:
-        """Send the queued kill requests; a full socket keeps the rest for when it drains
-        (a kill must not be dropped the way a spawn request may be)."""
-        while self.alive and self._kills:
+        """Send the queued kill requests; a full socket keeps the rest, with a writer that
+        sends them once it drains (a kill is never dropped the way a spawn request may be).
+        The writer is registered exactly while kills are queued."""
+        while self._kills:
             try:
                 self._sock.send(self._kills[0])
             except BlockingIOError:
-                if not self._kills_waiting:
-                    self._kills_waiting = True
-                    self._loop.add_writer(self._sock.fileno(), self._on_writable)
+                self._loop.add_writer(self._sock.fileno(), self._send_kills)
                 return
             except OSError:
-                return  # the spawner is gone: its EOF fails the commands
+                self._kills.clear()  # the spawner is gone: its EOF fails the commands
+                break
             self._kills.popleft()
-
-    def _on_writable(self) -> None:
         self._loop.remove_writer(self._sock.fileno())
-        self._kills_waiting = False
-        self._send_kills()
 
     def close(self) -> None:
         """Close the socket: the spawner exits (commands it started go on until they end
@@ -246,9 +243,9 @@ class Spawner:
             return
         self.alive = False
         self._loop.remove_reader(self._sock.fileno())
-        if self._kills_waiting:
+        if self._kills:
             self._loop.remove_writer(self._sock.fileno())
-        self._kills.clear()
+            self._kills.clear()
         self._sock.close()
         assert self._popen.stderr is not None
         self._popen.stderr.close()
