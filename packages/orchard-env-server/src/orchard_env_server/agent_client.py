@@ -118,7 +118,12 @@ def _session(per_sandbox: int, uds: str | None) -> aiohttp.ClientSession:
 
 
 def _pool_key(endpoint: AgentEndpoint) -> str:
-    return endpoint.uds or f"{endpoint.base_url}#{endpoint.sandbox_header or ''}"
+    return endpoint.uds or endpoint.base_url
+
+
+def _shared(endpoint: AgentEndpoint) -> bool:
+    """Whether the agent serves many sandboxes (it selects one by header)."""
+    return endpoint.sandbox_header is not None
 
 
 def _query(params: Query) -> list[tuple[str, str]] | None:
@@ -155,11 +160,14 @@ def _transport_error(exc: BaseException) -> ApiError:
 
 
 class AgentClient:
-    """Keep-alive connections to sandbox agents: one small pool per sandbox.
+    """Keep-alive connections to sandbox agents: one small pool per agent.
 
-    One pool per sandbox, not one shared pool: a sandbox's own pool holds the few
-    connections of its own concurrent requests, and closing it when the sandbox goes
-    drops exactly its connections.
+    An agent of its own per sandbox (Docker, Kubernetes) gets a pool of its own, holding
+    the few connections of that sandbox's concurrent requests; closing it when the sandbox
+    goes drops exactly its connections. A multi-sandbox agent (the local backend's) gets
+    one pool for all its sandboxes, so its connections number the requests in flight, not
+    the sandboxes alive: a pool per sandbox cost ~5 KiB each plus an idle connection on
+    both sides until its keep-alive expired.
     """
 
     def __init__(self, per_sandbox: int = 0) -> None:
@@ -176,8 +184,9 @@ class AgentClient:
         return session
 
     async def forget(self, endpoint: AgentEndpoint | None) -> None:
-        """Close the connections of a sandbox that is gone."""
-        if endpoint is not None:
+        """Close the connections of a sandbox that is gone (a shared agent's pool stays:
+        its other sandboxes use it)."""
+        if endpoint is not None and not _shared(endpoint):
             session = self._pools.pop(_pool_key(endpoint), None)
             if session is not None:
                 await session.close()
