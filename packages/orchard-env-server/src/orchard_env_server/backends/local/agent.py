@@ -133,13 +133,20 @@ class LocalAgent:
                 env=env,
             )
         proc.returncode = 0  # reaped by pid in stop(); see bubblewrap.start_holder
-        deadline = time.monotonic() + 30
-        while not port_file.exists():
-            if os.waitpid(proc.pid, os.WNOHANG) != (0, 0) or time.monotonic() > deadline:
-                tail = self._log_file.read_text(errors="replace")[-2000:]
-                raise BackendError(f"local agent did not start: {tail.strip()}")
-            await asyncio.sleep(0.01)
-        self.pid, self._started = proc.pid, start_time(proc.pid)
+        started = start_time(proc.pid)
+        try:
+            deadline = time.monotonic() + 30
+            while not port_file.exists():
+                if os.waitpid(proc.pid, os.WNOHANG) != (0, 0) or time.monotonic() > deadline:
+                    tail = self._log_file.read_text(errors="replace")[-2000:]
+                    raise BackendError(f"local agent did not start: {tail.strip()}")
+                await asyncio.sleep(0.01)
+        except BaseException:
+            # Not yet recorded as ours, so nothing else would ever stop it: a start that
+            # timed out, or one cancelled by a shutdown while a dead agent was replaced.
+            kill_and_wait(proc.pid, started)
+            raise
+        self.pid, self._started = proc.pid, started
         self.base_url = f"http://127.0.0.1:{int(port_file.read_text())}"
         self._admin_token = token
         tmp = self._state_file.with_suffix(".tmp")
