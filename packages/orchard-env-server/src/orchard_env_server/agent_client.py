@@ -99,12 +99,12 @@ async def stream_body(response: AgentStream) -> AsyncIterator[bytes]:
 _PASSTHROUGH_SKIPPED = ("User-Agent", "Accept-Encoding")
 
 
-def _session(per_sandbox: int, uds: str | None) -> aiohttp.ClientSession:
+def _session(per_agent: int, uds: str | None) -> aiohttp.ClientSession:
     connector: aiohttp.BaseConnector
     if uds:
-        connector = PinnedUnixConnector(path=uds, limit=per_sandbox)
+        connector = PinnedUnixConnector(path=uds, limit=per_agent)
     else:
-        connector = aiohttp.TCPConnector(limit=per_sandbox, use_dns_cache=False)
+        connector = aiohttp.TCPConnector(limit=per_agent, use_dns_cache=False)
     return aiohttp.ClientSession(
         connector=connector,
         # Forwarded ports pass bytes and headers through untouched: no cookie memory
@@ -170,17 +170,18 @@ class AgentClient:
     both sides until its keep-alive expired.
     """
 
-    def __init__(self, per_sandbox: int = 0) -> None:
-        """``per_sandbox`` caps each sandbox's connections (0: no cap; long streams then
-        never starve short calls, and the service's in-flight limit still applies)."""
-        self._per_sandbox = per_sandbox
+    def __init__(self, per_agent: int = 0) -> None:
+        """``per_agent`` caps each agent's pool, a shared agent's across all its sandboxes
+        (0: no cap; long streams then never starve short calls, and the service's
+        in-flight limit still applies)."""
+        self._per_agent = per_agent
         self._pools: dict[str, aiohttp.ClientSession] = {}
 
     def _http_for(self, endpoint: AgentEndpoint) -> aiohttp.ClientSession:
         key = _pool_key(endpoint)
         session = self._pools.get(key)
         if session is None:
-            session = self._pools[key] = _session(self._per_sandbox, endpoint.uds)
+            session = self._pools[key] = _session(self._per_agent, endpoint.uds)
         return session
 
     async def forget(self, endpoint: AgentEndpoint | None) -> None:
